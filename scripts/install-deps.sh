@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs hyflow's build and test dependencies from Debian 12 packages.
+# Idempotent: when everything is present it only checks (well under a second).
+# Usage: scripts/install-deps.sh        (as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build ccache pkg-config git
+  libtorch-dev            # LibTorch 1.13 (CPU) with c10d + gloo
+  libcaf-dev              # C++ Actor Framework 0.17.6 (core, io, openssl)
+  libcereal-dev           # DataProto wire format
+  catch2                  # test framework (v2)
+  libboost-program-options-dev
+  nlohmann-json3-dev
+  libgloo-dev
+  python3-torch           # Python/PyTorch peers measured by bench/ in the same run
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
