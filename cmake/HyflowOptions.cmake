@@ -21,7 +21,7 @@ endif()
 # Warnings apply to our targets only (hyflow_set_warnings), never to dependencies.
 function(hyflow_set_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers>)
 endfunction()
 
 if(HYFLOW_SANITIZE)
