@@ -1,0 +1,23 @@
+# cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DGENERATOR=... -P check_install.cmake
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: ${what} failed (${rc})\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+if(NOT EXISTS "${prefix}/lib/cmake/hyflow/hyflowConfig.cmake")
+  message(FATAL_ERROR "install test: hyflowConfig.cmake was not installed under ${prefix}/lib/cmake/hyflow")
+endif()
+run("configure consumer" ${CMAKE_COMMAND} -S "${CONSUMER_DIR}" -B "${WORK_DIR}/consumer" -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefix}")
+run("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer")
+run("run consumer" "${WORK_DIR}/consumer/consumer")
+if(NOT LAST_OUTPUT MATCHES "consumer: ok")
+  message(FATAL_ERROR "install test: unexpected consumer output: ${LAST_OUTPUT}")
+endif()
+message(STATUS "install test: ${LAST_OUTPUT}")
