@@ -1,0 +1,71 @@
+#pragma once
+// Process groups for SPMD code inside a worker group: every rank of a group builds one with
+// the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. CPU collectives
+// use gloo; NCCL is the GPU seam (it needs a CUDA build and fails clearly otherwise).
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace hyflow {
+
+enum class Backend { gloo, nccl };
+const char* to_string(Backend backend);
+
+enum class ReduceOp { sum, product, min, max, avg };
+
+struct ProcessGroupOptions {
+  int rank = 0;
+  int world_size = 1;
+  /// Address of rank 0's store (and, for gloo, the address every rank's device binds to).
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  Backend backend = Backend::gloo;
+  /// Rendezvous and collective timeout.
+  std::chrono::milliseconds timeout{30000};
+  /// Key prefix in the store, so several groups can share one store.
+  std::string name = "default";
+};
+
+/// A process group for one rank. Construction blocks until every rank has joined (or the
+/// timeout passes, which throws hyflow::Error naming the rank, the address and the port).
+class ProcessGroup {
+ public:
+  explicit ProcessGroup(const ProcessGroupOptions& options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  Backend backend() const;
+
+  /// In place, across all ranks. avg divides the sum by size() (gloo has no native avg).
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  void broadcast(at::Tensor& tensor, int root);
+  /// One tensor per rank, in rank order.
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  void barrier();
+
+  /// The c10d process group, for code that needs the full c10d API.
+  c10d::ProcessGroup& native();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A TCP port that was free on `addr` a moment ago (bind to port 0, read it, close).
+int pick_free_port(const std::string& addr = "127.0.0.1");
+
+/// True when this build can create NCCL process groups.
+bool nccl_available();
+
+}  // namespace hyflow
