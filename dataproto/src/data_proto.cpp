@@ -63,6 +63,50 @@ bool tensors_equal(const at::Tensor& a, const at::Tensor& b) {
          a.device() == b.device() && at::equal(a, b);
 }
 
+/// True when the pieces are consecutive row ranges of one tensor (as chunk/split make them):
+/// same storage, dtype and strides, each starting where the previous one ends.
+bool adjacent_views(const std::vector<at::Tensor>& pieces) {
+  const at::Tensor& first = pieces.front();
+  if (!first.has_storage()) return false;
+  int64_t next_offset = first.storage_offset();
+  for (const auto& p : pieces) {
+    if (!p.has_storage() || !p.storage().is_alias_of(first.storage()) || p.scalar_type() != first.scalar_type() ||
+        p.strides() != first.strides() || p.sizes().slice(1) != first.sizes().slice(1) ||
+        p.storage_offset() != next_offset)
+      return false;
+    next_offset += p.size(0) * p.stride(0);
+  }
+  return true;
+}
+
+/// Concatenates along dim 0. Consecutive views of one tensor are joined back into a view (no
+/// copy, like slice); pieces of one dtype and device are copied straight into a preallocated
+/// result (faster than at::cat for few large CPU pieces); anything else goes to at::cat.
+at::Tensor cat_rows(const std::vector<at::Tensor>& pieces) {
+  const at::Tensor& first = pieces.front();
+  if (adjacent_views(pieces)) {
+    std::vector<int64_t> shape = first.sizes().vec();
+    shape[0] = 0;
+    for (const auto& p : pieces) shape[0] += p.size(0);
+    return first.as_strided(shape, first.strides(), first.storage_offset());
+  }
+  const bool uniform = std::all_of(pieces.begin(), pieces.end(), [&](const at::Tensor& p) {
+    return p.scalar_type() == first.scalar_type() && p.device() == first.device();
+  });
+  if (!uniform) return at::cat(pieces, 0);
+  int64_t rows = 0;
+  for (const auto& p : pieces) rows += p.size(0);
+  std::vector<int64_t> shape = first.sizes().vec();
+  shape[0] = rows;
+  at::Tensor out = at::empty(shape, first.options().memory_format(at::MemoryFormat::Contiguous));
+  int64_t offset = 0;
+  for (const auto& p : pieces) {
+    out.narrow(0, offset, p.size(0)).copy_(p);
+    offset += p.size(0);
+  }
+  return out;
+}
+
 std::string describe(const at::Tensor& t) {
   std::ostringstream os;
   os << c10::toString(t.scalar_type()) << t.sizes() << ' ' << t.device();
@@ -335,7 +379,7 @@ DataProto DataProto::concat(const std::vector<DataProto>& parts) {
                          str(static_cast<int64_t>(p)) + " but " + describe(t0) + " in part 0");
       pieces.push_back(t);
     }
-    out.batch.set(key, parts.size() == 1 ? pieces[0] : at::cat(pieces, 0));
+    out.batch.set(key, parts.size() == 1 ? pieces[0] : cat_rows(pieces));
   }
 
   for (const auto& [key, c0] : first.non_tensor_batch) {

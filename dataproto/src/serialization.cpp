@@ -2,7 +2,8 @@
 //
 //   magic "HYDP" | u16 version | u16 flags(0) | i64 batch_size (-1: no tensor batch)
 //   u32 n_tensors, then per tensor:
-//       u32 name_len | name | u8 dtype | u8 ndim | i64 dims[ndim] | u64 nbytes | raw bytes
+//       u32 name_len | name | u8 dtype | u8 ndim | i64 dims[ndim] | u64 nbytes |
+//       zero padding up to the next multiple of 16 from the start | raw bytes
 //   u32 n_columns, then per column: u32 name_len | name | u64 len | CBOR array
 //   u64 len | CBOR object (meta_info)
 //
@@ -45,6 +46,10 @@ uint8_t dtype_code(at::ScalarType t, const std::string& key) {
 constexpr size_t kMaxNameLength = 1 << 16;
 constexpr uint8_t kMaxDims = 64;
 constexpr size_t kMaxJsonDepth = 256;
+/// Raw tensor bytes start at a multiple of this offset, so an aligned buffer can be aliased.
+constexpr size_t kPayloadAlignment = 16;
+
+size_t padding_for(size_t position) { return (kPayloadAlignment - position % kPayloadAlignment) % kPayloadAlignment; }
 
 // --- streams over memory --------------------------------------------------------------------
 /// Appends to a vector<char>; cereal writes through sputn, so this is one memcpy per field.
@@ -134,7 +139,9 @@ class DepthLimitedSax {
 
 class Decoder {
  public:
-  explicit Decoder(std::span<const char> bytes) : source_(bytes), stream_(&source_), archive_(stream_) {}
+  /// With an owner, tensors alias the owner's bytes instead of copying them.
+  Decoder(std::span<const char> bytes, std::shared_ptr<const std::vector<char>> owner)
+      : source_(bytes), stream_(&source_), archive_(stream_), owner_(std::move(owner)) {}
 
   [[noreturn]] void fail(const std::string& what) const {
     throw FormatError("DataProto decode: " + what + " at byte offset " + std::to_string(source_.position()));
@@ -207,9 +214,20 @@ class Decoder {
         nbytes != expected)
       fail("tensor '" + key + "' declares " + std::to_string(nbytes) + " bytes for " + std::to_string(numel) +
            " elements of " + c10::toString(dtype->type));
+    const size_t pad = padding_for(source_.position());
+    require(pad, "alignment padding");
+    for (char c : source_.take(pad))
+      if (c != 0) fail("non-zero alignment padding before tensor '" + key + "'");
     require(nbytes, "tensor '" + key + "'");
-    at::Tensor t = at::empty(dims, at::TensorOptions().dtype(dtype->type));
-    if (nbytes) archive_(cereal::binary_data(t.data_ptr(), static_cast<size_t>(nbytes)));
+    const auto options = at::TensorOptions().dtype(dtype->type);
+    auto payload = source_.take(static_cast<size_t>(nbytes));
+    const auto address = reinterpret_cast<uintptr_t>(payload.data());
+    if (owner_ && nbytes && address % c10::elementSize(dtype->type) == 0) {
+      auto keep_alive = owner_;  // the tensor holds the buffer until it dies
+      return at::from_blob(const_cast<char*>(payload.data()), dims, [keep_alive](void*) {}, options);
+    }
+    at::Tensor t = at::empty(dims, options);
+    if (nbytes) std::memcpy(t.data_ptr(), payload.data(), payload.size());
     return t;
   }
 
@@ -262,6 +280,7 @@ class Decoder {
   SpanSource source_;
   std::istream stream_;
   cereal::BinaryInputArchive archive_;
+  std::shared_ptr<const std::vector<char>> owner_;
 };
 
 struct EncodedJson {
@@ -293,7 +312,8 @@ size_t encoded_size(const DataProto& data, const std::vector<at::Tensor>& tensor
   size_t n = 4 + 2 + 2 + 8 + 4;
   size_t i = 0;
   for (const auto& [k, t] : data.batch) {
-    n += 4 + k.size() + 1 + 1 + 8 * static_cast<size_t>(t.dim()) + 8 + tensors[i++].nbytes();
+    n += 4 + k.size() + 1 + 1 + 8 * static_cast<size_t>(t.dim()) + 8;
+    n += padding_for(n) + tensors[i++].nbytes();
   }
   n += 4;
   for (const auto& c : columns) n += 4 + c.name.size() + 8 + c.cbor.size();
@@ -329,6 +349,8 @@ void serialize_into(const DataProto& data, std::vector<char>& out) {
     ar(dtype_code(t.scalar_type(), k), static_cast<uint8_t>(t.dim()));
     for (int64_t d : t.sizes()) ar(d);
     ar(static_cast<uint64_t>(t.nbytes()));
+    static constexpr char zeros[kPayloadAlignment] = {};
+    ar(cereal::binary_data(zeros, padding_for(out.size())));
     if (t.nbytes()) ar(cereal::binary_data(t.data_ptr(), t.nbytes()));
   }
   ar(static_cast<uint32_t>(columns.size()));
@@ -347,7 +369,16 @@ std::vector<char> serialize(const DataProto& data) {
 
 DataProto deserialize(std::span<const char> bytes) {
   try {
-    return Decoder(bytes).decode();
+    return Decoder(bytes, nullptr).decode();
+  } catch (const cereal::Exception& e) {
+    throw FormatError(std::string("DataProto decode: truncated input (") + e.what() + ")");
+  }
+}
+
+DataProto deserialize_owned(std::vector<char> bytes) {
+  auto owner = std::make_shared<const std::vector<char>>(std::move(bytes));
+  try {
+    return Decoder(*owner, owner).decode();
   } catch (const cereal::Exception& e) {
     throw FormatError(std::string("DataProto decode: truncated input (") + e.what() + ")");
   }

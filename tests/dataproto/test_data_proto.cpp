@@ -411,3 +411,24 @@ TEST_CASE("info names sizes, keys, dtypes and shapes") {
   auto s = make(2).info();
   CHECK_THAT(s, Catch::Contains("size=2") && Catch::Contains("obs: Float[2, 2]") && Catch::Contains("uid"));
 }
+
+TEST_CASE("concat of chunk output is a view of the original storage; other parts are copied") {
+  auto d = make(12);
+  auto joined = DataProto::concat(d.chunk(4));
+  CHECK(joined.batch.at("obs").data_ptr() == d.batch.at("obs").data_ptr());
+  CHECK(torch::equal(joined.batch.at("obs"), d.batch.at("obs")));
+  auto split = DataProto::concat(d.split(5));
+  CHECK(split.batch.at("ids").data_ptr() == d.batch.at("ids").data_ptr());
+  // Out of order or separately allocated parts get fresh storage.
+  auto parts = d.chunk(4);
+  std::swap(parts[0], parts[1]);
+  auto swapped = DataProto::concat(parts);
+  CHECK(swapped.batch.at("ids").data_ptr() != d.batch.at("ids").data_ptr());
+  CHECK(ids_of(swapped) == std::vector<int64_t>{3, 4, 5, 0, 1, 2, 6, 7, 8, 9, 10, 11});
+  auto fresh = DataProto::concat({make(2), make(3)});
+  CHECK(ids_of(fresh) == std::vector<int64_t>{0, 1, 0, 1, 2});
+  // Strided column views of a larger tensor are joined correctly too.
+  auto wide = torch::arange(40, torch::kLong).reshape({10, 4});
+  DataProto cols(TensorDict{{"c", wide.select(1, 2)}});
+  CHECK(torch::equal(DataProto::concat(cols.split(3)).batch.at("c"), wide.select(1, 2)));
+}

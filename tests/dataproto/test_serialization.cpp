@@ -260,3 +260,41 @@ TEST_CASE("save_to_file and load_from_file; a corrupt file names the file") {
   CHECK_THROWS_AS(hyflow::load_from_file(dir / "missing.hydp"), hyflow::Error);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("tensor payloads start at 16-byte aligned offsets") {
+  auto d = sample();
+  auto bytes = hyflow::serialize(d);
+  // Find the int64 payload (0, 1, 2, ... 11) and check its offset.
+  const auto ids = d.batch.at("input_ids").contiguous();
+  auto it = std::search(bytes.begin(), bytes.end(), static_cast<const char*>(ids.data_ptr()),
+                        static_cast<const char*>(ids.data_ptr()) + ids.nbytes());
+  REQUIRE(it != bytes.end());
+  CHECK((it - bytes.begin()) % 16 == 0);
+}
+
+TEST_CASE("deserialize_owned aliases the buffer instead of copying, and keeps it alive") {
+  auto d = sample();
+  auto bytes = hyflow::serialize(d);
+  const char* begin = bytes.data();
+  const char* end = bytes.data() + bytes.size();
+  auto decoded = hyflow::deserialize_owned(std::move(bytes));
+  const char* p = static_cast<const char*>(decoded.batch.at("input_ids").data_ptr());
+  CHECK((p >= begin && p < end));
+  CHECK(identical(decoded, d));
+  auto ids = decoded.batch.at("input_ids");
+  decoded = DataProto();  // the tensor alone keeps the buffer alive
+  CHECK(torch::equal(ids, d.batch.at("input_ids")));
+}
+
+TEST_CASE("deserialize_owned rejects bad input like deserialize") {
+  auto bytes = hyflow::serialize(sample());
+  bytes.resize(bytes.size() / 2);
+  CHECK_THROWS_AS(hyflow::deserialize_owned(std::move(bytes)), hyflow::FormatError);
+}
+
+TEST_CASE("non-zero alignment padding is rejected") {
+  auto b = hyflow::serialize(DataProto(TensorDict{{"x", torch::arange(6, torch::kLong).reshape({2, 3})}}));
+  // Header 16 + counts 4 + name 5 + dtype/ndim 2 + dims 16 + nbytes 8 = 51: 13 bytes of padding follow.
+  b[52] = 1;
+  CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("padding"));
+}

@@ -104,7 +104,9 @@ class DataProto {
   /// Consecutive pieces of split_size rows; the last may be smaller.
   std::vector<DataProto> split(int64_t split_size) const;
   /// Concatenates along dim 0. meta_info keys other than "metrics" must agree; "metrics"
-  /// (a dict or a list of dicts per part) are gathered into a dict of lists.
+  /// (a dict or a list of dicts per part) are gathered into a dict of lists. Parts that are
+  /// consecutive views of one tensor (chunk/split output) are joined without copying, so the
+  /// result shares their storage, as slice does; other parts are copied once.
   static DataProto concat(const std::vector<DataProto>& parts);
 
   /// Permutes rows in place: row i becomes old row indices[i].

@@ -26,8 +26,12 @@ size_t serialized_size(const DataProto& data);
 std::vector<char> serialize(const DataProto& data);
 /// Encodes into `out`, replacing its contents and reusing its capacity.
 void serialize_into(const DataProto& data, std::vector<char>& out);
-/// Decodes one DataProto that spans all of `bytes` (trailing bytes are an error).
+/// Decodes one DataProto that spans all of `bytes` (trailing bytes are an error). Tensors
+/// get their own storage (one copy of the payload).
 DataProto deserialize(std::span<const char> bytes);
+/// Like deserialize, but takes the buffer and lets the tensors alias it (no payload copy):
+/// the buffer lives as long as any tensor decoded from it. Meant for received messages.
+DataProto deserialize_owned(std::vector<char> bytes);
 
 /// Writes serialize(data) to a file atomically (temporary file + rename).
 void save_to_file(const DataProto& data, const std::filesystem::path& path);
