@@ -1,0 +1,354 @@
+#include <hyflow/models/bpe_tokenizer.hpp>
+
+#include <hyflow/dataproto/error.hpp>
+
+#include "unicode_classes.hpp"
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+
+namespace hyflow::models {
+namespace {
+
+using Json = nlohmann::json;
+using unicode::Codepoint;
+
+// The two split patterns of the byte-level BPE families we read. They differ only in how
+// many digits one piece may hold.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// GPT-2's reversible byte -> printable character map: bytes that are printable keep their
+// code point, the others get 256, 257, ... in byte order.
+struct ByteMap {
+  std::array<std::string, 256> encode;  // byte -> UTF-8 of its character
+  std::array<int, 0x200> decode;        // character -> byte (-1: not a byte character)
+  ByteMap() {
+    decode.fill(-1);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(next++);
+      unicode::append_utf8(encode[static_cast<size_t>(b)], cp);
+      decode[cp] = b;
+    }
+  }
+};
+
+const ByteMap& byte_map() {
+  static const ByteMap map;
+  return map;
+}
+
+char32_t lower_ascii(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+bool is_newline(char32_t c) { return c == '\r' || c == '\n'; }
+bool is_other(char32_t c) { return !unicode::is_space(c) && !unicode::is_letter(c) && !unicode::is_number(c); }
+
+// Length (in code points) of the regex match at i; the alternatives in pattern order.
+size_t match_at(const std::vector<Codepoint>& cps, size_t i, int64_t max_digits) {
+  const size_t n = cps.size();
+  auto cp = [&](size_t k) { return cps[k].value; };
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (cp(i) == '\'' && i + 1 < n) {
+    const char32_t a = lower_ascii(cp(i + 1));
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if (i + 2 < n) {
+      const char32_t b = lower_ascii(cp(i + 2));
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+  }
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  {
+    size_t j = i;
+    if (!unicode::is_letter(cp(j)) && !is_newline(cp(j)) && !unicode::is_number(cp(j)) && j + 1 < n &&
+        unicode::is_letter(cp(j + 1))) {
+      ++j;
+    }
+    if (unicode::is_letter(cp(j))) {
+      while (j < n && unicode::is_letter(cp(j))) ++j;
+      return j - i;
+    }
+  }
+  // \p{N}{1,max_digits}
+  if (unicode::is_number(cp(i))) {
+    size_t j = i;
+    while (j < n && unicode::is_number(cp(j)) && static_cast<int64_t>(j - i) < max_digits) ++j;
+    return j - i;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  {
+    size_t j = (cp(i) == ' ' && i + 1 < n) ? i + 1 : i;
+    if (is_other(cp(j))) {
+      while (j < n && is_other(cp(j))) ++j;
+      while (j < n && is_newline(cp(j))) ++j;
+      return j - i;
+    }
+  }
+  // The whitespace run [i, end)
+  size_t end = i;
+  while (end < n && unicode::is_space(cp(end))) ++end;
+  // \s*[\r\n]+ : up to and including the run's last newline
+  for (size_t k = end; k > i; --k) {
+    if (is_newline(cp(k - 1))) return k - i;
+  }
+  // \s+(?!\S) : the run, minus its last space when a non-space follows
+  if (end == n) return end - i;
+  if (end - i >= 2) return end - 1 - i;
+  // \s+
+  return end - i;
+}
+
+std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw FormatError(file.string() + ": cannot open");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::from_file(const std::filesystem::path& tokenizer_json) {
+  Json j;
+  try {
+    j = Json::parse(read_text(tokenizer_json));
+  } catch (const Json::exception& e) {
+    throw FormatError(tokenizer_json.string() + ": invalid JSON: " + e.what());
+  }
+  BpeTokenizer tok(j, tokenizer_json.string());
+  const auto config_path = tokenizer_json.parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    Json c;
+    try {
+      c = Json::parse(read_text(config_path));
+    } catch (const Json::exception& e) {
+      throw FormatError(config_path.string() + ": invalid JSON: " + e.what());
+    }
+    auto token_field = [&](const char* key) -> std::optional<std::string> {
+      if (!c.contains(key) || c[key].is_null()) return std::nullopt;
+      if (c[key].is_string()) return c[key].get<std::string>();
+      if (c[key].is_object() && c[key].contains("content")) return c[key]["content"].get<std::string>();
+      throw FormatError(config_path.string() + ": '" + key + "' must be a string or an AddedToken");
+    };
+    if (auto eos = token_field("eos_token")) tok.set_eos_token(*eos);
+    if (auto pad = token_field("pad_token")) tok.set_pad_token(*pad);
+  }
+  return tok;
+}
+
+BpeTokenizer::BpeTokenizer(const Json& j, const std::string& source) {
+  auto fail = [&](const std::string& what) { throw FormatError(source + ": " + what); };
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) fail("missing object 'model'");
+  const auto& model = j["model"];
+  if (model.value("type", "") != "BPE") fail("model.type must be \"BPE\"");
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail("missing object 'model.vocab'");
+  if (!model.contains("merges") || !model["merges"].is_array()) fail("missing array 'model.merges'");
+  if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>()) {
+    fail("model.byte_fallback is not supported (byte-level BPE only)");
+  }
+  ignore_merges_ = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
+                   model["ignore_merges"].get<bool>();
+
+  auto add_token = [&](const std::string& token, int64_t id) {
+    if (id < 0 || id > (int64_t{1} << 31)) fail("token '" + token + "' has invalid id " + std::to_string(id));
+    if (static_cast<size_t>(id) >= id_to_token_.size()) id_to_token_.resize(static_cast<size_t>(id) + 1);
+    id_to_token_[static_cast<size_t>(id)] = token;
+    token_to_id_[token] = id;
+  };
+  for (const auto& [token, id] : model["vocab"].items()) {
+    if (!id.is_number_integer()) fail("model.vocab['" + token + "'] is not an integer");
+    add_token(token, id.get<int64_t>());
+  }
+
+  int64_t rank = 0;
+  for (const auto& m : model["merges"]) {
+    std::string left, right;
+    if (m.is_string()) {
+      const auto s = m.get<std::string>();
+      const auto space = s.find(' ');
+      if (space == std::string::npos) fail("merge " + std::to_string(rank) + " '" + s + "' has no space");
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      fail("merge " + std::to_string(rank) + " must be \"a b\" or [a, b]");
+    }
+    auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(left + right);
+    if (l == token_to_id_.end() || r == token_to_id_.end() || merged == token_to_id_.end()) {
+      fail("merge " + std::to_string(rank) + " ('" + left + "', '" + right + "') uses tokens missing from the vocab");
+    }
+    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second);
+    merges_.try_emplace(key, Merge{rank, merged->second});
+    ++rank;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (!token_to_id_.count(byte_map().encode[static_cast<size_t>(b)])) {
+      fail("the vocab lacks the byte-level token for byte " + std::to_string(b));
+    }
+  }
+
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const auto& t : j["added_tokens"]) {
+      if (!t.contains("content") || !t.contains("id")) fail("added_tokens entries need content and id");
+      AddedToken a{t["content"].get<std::string>(), t["id"].get<int64_t>(), t.value("special", false)};
+      if (a.content.empty()) fail("added token " + std::to_string(a.id) + " is empty");
+      add_token(a.content, a.id);
+      added_.push_back(std::move(a));
+    }
+  }
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (size_t i = 0; i < added_.size(); ++i) added_by_id_[added_[i].id] = i;
+
+  // Normalizer: NFC is accepted and not applied (input must already be NFC); no others.
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    const auto type = j["normalizer"].value("type", "");
+    if (type != "NFC") fail("normalizer '" + type + "' is not supported (null or NFC)");
+  }
+  // Pre-tokenizer: Sequence[Split(pattern, Isolated), ByteLevel(use_regex = false)].
+  const auto& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json();
+  bool ok = pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+            pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2;
+  if (ok) {
+    const auto& split = pre["pretokenizers"][0];
+    const auto& bytes = pre["pretokenizers"][1];
+    const auto pattern = split.contains("pattern") && split["pattern"].contains("Regex")
+                             ? split["pattern"]["Regex"].get<std::string>()
+                             : std::string();
+    ok = split.value("type", "") == "Split" && split.value("behavior", "") == "Isolated" &&
+         !split.value("invert", false) && bytes.value("type", "") == "ByteLevel" && !bytes.value("use_regex", true) &&
+         !bytes.value("add_prefix_space", false);
+    if (ok && pattern == kQwen2Pattern) {
+      max_digits_ = 1;
+    } else if (ok && pattern == kLlama3Pattern) {
+      max_digits_ = 3;
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok) fail("pre_tokenizer is not the Qwen2 / Llama 3 byte-level split (Sequence[Split, ByteLevel])");
+  if (j.contains("decoder") && !j["decoder"].is_null() && j["decoder"].value("type", "") != "ByteLevel") {
+    fail("decoder '" + j["decoder"].value("type", "") + "' is not supported (ByteLevel)");
+  }
+  if (auto eos = token_to_id("<|endoftext|>")) eos_id_ = pad_id_ = *eos;
+}
+
+std::optional<int64_t> BpeTokenizer::token_to_id(std::string_view token) const {
+  auto it = token_to_id_.find(std::string(token));
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeTokenizer::set_eos_token(std::string_view token) {
+  auto id = token_to_id(token);
+  if (!id) throw KeyError("BpeTokenizer: eos token '" + std::string(token) + "' is not in the vocab");
+  eos_id_ = *id;
+}
+
+void BpeTokenizer::set_pad_token(std::string_view token) {
+  auto id = token_to_id(token);
+  if (!id) throw KeyError("BpeTokenizer: pad token '" + std::string(token) + "' is not in the vocab");
+  pad_id_ = *id;
+}
+
+std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const {
+  std::vector<std::string> pieces;
+  const auto cps = unicode::decode_utf8(text);
+  for (size_t i = 0; i < cps.size();) {
+    const size_t len = match_at(cps, i, max_digits_);
+    const size_t begin = cps[i].begin, end = cps[i + len - 1].end;
+    pieces.emplace_back(text.substr(begin, end - begin));
+    i += len;
+  }
+  return pieces;
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& out) const {
+  std::string mapped;
+  for (unsigned char b : piece) mapped += byte_map().encode[b];
+  if (ignore_merges_) {
+    if (auto it = token_to_id_.find(mapped); it != token_to_id_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  std::vector<int64_t> symbols;
+  symbols.reserve(piece.size());
+  for (unsigned char b : piece) symbols.push_back(token_to_id_.at(byte_map().encode[b]));
+  // Merge the lowest-ranked adjacent pair (leftmost on ties) until none is left.
+  while (symbols.size() > 1) {
+    int64_t best_rank = std::numeric_limits<int64_t>::max(), best_id = -1;
+    size_t best_pos = 0;
+    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
+      const uint64_t key = (static_cast<uint64_t>(symbols[k]) << 32) | static_cast<uint64_t>(symbols[k + 1]);
+      auto it = merges_.find(key);
+      if (it != merges_.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        best_id = it->second.merged_id;
+        best_pos = k;
+      }
+    }
+    if (best_id < 0) break;
+    symbols[best_pos] = best_id;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int64_t> ids;
+  size_t plain_start = 0;
+  auto flush_plain = [&](size_t end) {
+    for (const auto& piece : pre_tokenize(text.substr(plain_start, end - plain_start))) encode_piece(piece, ids);
+  };
+  for (size_t pos = 0; pos < text.size();) {
+    const AddedToken* hit = nullptr;
+    for (const auto& a : added_) {  // longest first
+      if (text.compare(pos, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    }
+    if (!hit) {
+      ++pos;
+      continue;
+    }
+    flush_plain(pos);
+    ids.push_back(hit->id);
+    pos += hit->content.size();
+    plain_start = pos;
+  }
+  flush_plain(text.size());
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::string out, bytes;
+  auto flush = [&] {
+    out += unicode::sanitize_utf8(bytes);
+    bytes.clear();
+  };
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size() || id_to_token_[static_cast<size_t>(id)].empty()) {
+      throw ValueError("BpeTokenizer: unknown token id " + std::to_string(id));
+    }
+    if (auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+      if (skip_special_tokens && added_[it->second].special) continue;
+      flush();
+      out += added_[it->second].content;
+      continue;
+    }
+    for (const auto& cp : unicode::decode_utf8(id_to_token_[static_cast<size_t>(id)])) {
+      const int b = cp.value < byte_map().decode.size() ? byte_map().decode[cp.value] : -1;
+      if (b < 0) throw ValueError("BpeTokenizer: token id " + std::to_string(id) + " is not byte-level");
+      bytes += static_cast<char>(b);
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace hyflow::models

@@ -1,0 +1,99 @@
+#include <hyflow/models/generation.hpp>
+
+#include <hyflow/cuda/log_probs.hpp>
+#include <hyflow/dataproto/error.hpp>
+
+#include <torch/torch.h>
+
+namespace hyflow::models {
+namespace {
+
+void check_prompts(const DataProto& prompts, const GenerationOptions& options) {
+  for (const char* key : {"input_ids", "attention_mask"}) {
+    if (!prompts.batch.contains(key)) throw KeyError(std::string("generate: prompts need the tensor '") + key + "'");
+  }
+  const auto& ids = prompts.batch.at("input_ids");
+  if (ids.dim() != 2 || prompts.batch.at("attention_mask").sizes() != ids.sizes()) {
+    throw ShapeError("generate: input_ids and attention_mask must both be (B, P)");
+  }
+  if (options.max_new_tokens <= 0) {
+    throw ValueError("generate: max_new_tokens must be > 0, got " + std::to_string(options.max_new_tokens));
+  }
+  if (options.n <= 0) throw ValueError("generate: n must be > 0, got " + std::to_string(options.n));
+}
+
+}  // namespace
+
+DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+  check_prompts(prompts, options);
+  const auto& config = model->config();
+  const auto eos_ids = options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids;
+  const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
+  auto sampling = options.sampling;
+  if (!options.do_sample) sampling.greedy = true;
+  ops::validate(sampling);
+  const double logprob_temperature = sampling.is_greedy() ? 1.0 : sampling.temperature;
+
+  torch::NoGradGuard no_grad;
+  auto prompt_ids = prompts.batch.at("input_ids").to(at::kLong);
+  auto prompt_mask = prompts.batch.at("attention_mask").to(at::kLong);
+  auto prompt_pos = prompts.batch.contains("position_ids") ? prompts.batch.at("position_ids").to(at::kLong)
+                                                           : position_ids_from_mask(prompt_mask);
+  const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), R = options.max_new_tokens, N = B * options.n;
+  auto param = model->parameters().front();
+
+  // Prefill once per prompt, then give each of the n samples its own copy of the cache.
+  KVCache cache(config, B, P + R, param.options());
+  auto logits = model(prompt_ids, prompt_mask, prompt_pos, &cache).select(1, P - 1);  // (B, V)
+  if (options.n > 1) {
+    cache.repeat_interleave(options.n);
+    logits = logits.repeat_interleave(options.n, 0);
+    prompt_ids = prompt_ids.repeat_interleave(options.n, 0);
+    prompt_mask = prompt_mask.repeat_interleave(options.n, 0);
+    prompt_pos = prompt_pos.repeat_interleave(options.n, 0);
+  }
+
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  auto responses = torch::full({N, R}, pad_id, prompt_ids.options());
+  auto response_mask = torch::zeros({N, R}, prompt_ids.options());
+  auto log_probs = torch::zeros({N, R}, param.options().dtype(at::kFloat));
+  auto full_mask = torch::cat({prompt_mask, torch::ones({N, R}, prompt_mask.options())}, 1);  // (N, P+R)
+  auto last_pos = prompt_pos.select(1, P - 1);                                                // (N,)
+  auto finished = torch::zeros({N}, prompt_ids.options().dtype(at::kBool));
+  auto eos = torch::tensor(eos_ids, prompt_ids.options());
+
+  for (int64_t step = 0; step < R; ++step) {
+    auto tokens = ops::sample(logits, sampling, generator);  // (N,)
+    tokens = tokens.masked_fill(finished, pad_id);
+    responses.select(1, step).copy_(tokens);
+    response_mask.select(1, step).copy_(finished.logical_not());
+    if (options.return_log_probs) {
+      auto lp = ops::log_probs_from_logits(logits / logprob_temperature, tokens);
+      log_probs.select(1, step).copy_(lp.masked_fill(finished, 0.0));
+    }
+    if (eos.numel() > 0) finished = finished.logical_or(at::isin(tokens, eos));
+    if (step + 1 == R || finished.all().item<bool>()) break;
+    auto position = (last_pos + step + 1).unsqueeze(1);  // (N, 1)
+    logits = model(tokens.unsqueeze(1), full_mask.narrow(1, 0, P + step + 1), position, &cache).select(1, 0);
+  }
+
+  auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
+  TensorDict batch{
+      {"prompts", prompt_ids},
+      {"responses", responses},
+      {"input_ids", torch::cat({prompt_ids, responses}, 1)},
+      {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
+      {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
+      {"response_mask", response_mask},
+  };
+  if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
+  NonTensorBatch columns;
+  if (!prompts.non_tensor_batch.empty()) {
+    columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch)
+                  .repeat(options.n, /*interleave=*/true)
+                  .non_tensor_batch;
+  }
+  return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+}
+
+}  // namespace hyflow::models

@@ -1,0 +1,166 @@
+#include "test_util.hpp"
+
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/models/generation.hpp>
+#include <hyflow/models/response_scores.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace hyflow;
+using namespace hyflow::models;
+using hyflow::models::testing::small_config;
+
+namespace {
+
+// Left-pads token lists into a prompt batch.
+DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows, int64_t pad = 0) {
+  int64_t P = 0;
+  for (const auto& r : rows) P = std::max<int64_t>(P, static_cast<int64_t>(r.size()));
+  const auto B = static_cast<int64_t>(rows.size());
+  auto ids = torch::full({B, P}, pad, torch::kLong);
+  auto mask = torch::zeros({B, P}, torch::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto len = static_cast<int64_t>(rows[static_cast<size_t>(b)].size());
+    ids[b].narrow(0, P - len, len).copy_(torch::tensor(rows[static_cast<size_t>(b)], torch::kLong));
+    mask[b].narrow(0, P - len, len).fill_(1);
+  }
+  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}});
+}
+
+// Greedy decoding by running the whole sequence through the model at every step.
+std::vector<int64_t> greedy_by_recompute(CausalLM& model, std::vector<int64_t> seq, int64_t steps, int64_t eos) {
+  torch::NoGradGuard g;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < steps; ++i) {
+    auto logits = model(torch::tensor(seq, torch::kLong).unsqueeze(0));
+    const int64_t next = logits[0][-1].argmax().item<int64_t>();
+    out.push_back(next);
+    seq.push_back(next);
+    if (next == eos) break;
+  }
+  return out;
+}
+
+std::vector<int64_t> row_tokens(const at::Tensor& responses, const at::Tensor& mask, int64_t row) {
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t < responses.size(1); ++t) {
+    if (mask[row][t].item<int64_t>()) out.push_back(responses[row][t].item<int64_t>());
+  }
+  return out;
+}
+
+const std::vector<std::vector<int64_t>> kPrompts = {{5, 6, 7, 8, 9, 10}, {11, 12}, {13, 14, 15, 16}};
+
+}  // namespace
+
+TEST_CASE("KV-cached greedy generation equals greedy decoding by full recompute") {
+  torch::manual_seed(11);
+  CausalLM model(small_config());
+  auto out = generate(model, prompt_batch(kPrompts), GenerationOptions{.max_new_tokens = 10, .do_sample = false});
+  for (int64_t b = 0; b < 3; ++b) {
+    auto expected = greedy_by_recompute(model, kPrompts[static_cast<size_t>(b)], 10, 2);
+    CHECK(row_tokens(out.batch["responses"], out.batch["response_mask"], b) == expected);
+  }
+}
+
+TEST_CASE("a prompt alone and inside a padded batch gives the same tokens and log-probs") {
+  torch::manual_seed(12);
+  CausalLM model(small_config());
+  GenerationOptions opts{.max_new_tokens = 8, .do_sample = false, .return_log_probs = true};
+  auto batch = generate(model, prompt_batch(kPrompts), opts);
+  for (int64_t b = 0; b < 3; ++b) {
+    auto alone = generate(model, prompt_batch({kPrompts[static_cast<size_t>(b)]}), opts);
+    CHECK(torch::equal(alone.batch["responses"][0], batch.batch["responses"][b]));
+    CHECK(torch::allclose(alone.batch["rollout_log_probs"][0], batch.batch["rollout_log_probs"][b], 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("rollout batch has verl's keys, right-padded responses and masks up to and including EOS") {
+  torch::manual_seed(13);
+  CausalLM model(small_config());
+  auto prompts = prompt_batch(kPrompts);
+  auto probe = generate(model, prompts, GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {36}});
+  // Declare row 0's third greedy token the EOS: row 0 must then stop right after it.
+  const int64_t eos = probe.batch["responses"][0][2].item<int64_t>();
+  const int64_t pad = 1;
+  auto out = generate(model, prompts,
+                      GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {eos}, .pad_token_id = pad});
+  const auto& b = out.batch;
+  for (const char* key : {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"}) {
+    CHECK(b.contains(key));
+  }
+  CHECK_FALSE(b.contains("rollout_log_probs"));
+  CHECK(b["responses"].sizes() == torch::IntArrayRef({3, 6}));
+  CHECK(b["input_ids"].sizes() == torch::IntArrayRef({3, 12}));
+  CHECK(torch::equal(b["input_ids"], torch::cat({b["prompts"], b["responses"]}, 1)));
+  CHECK(torch::equal(b["attention_mask"], torch::cat({prompts.batch["attention_mask"], b["response_mask"]}, 1)));
+  // row 0: first EOS at index <= 2; mask 1 through it, pads after
+  int64_t first_eos = -1;
+  for (int64_t t = 0; t < 6 && first_eos < 0; ++t) {
+    if (b["responses"][0][t].item<int64_t>() == eos) first_eos = t;
+  }
+  REQUIRE(first_eos >= 0);
+  REQUIRE(first_eos <= 2);
+  for (int64_t t = 0; t < 6; ++t) {
+    CHECK(b["response_mask"][0][t].item<int64_t>() == (t <= first_eos ? 1 : 0));
+    if (t > first_eos) CHECK(b["responses"][0][t].item<int64_t>() == pad);
+  }
+  // positions: prompt positions, then last prompt position + 1, 2, ...
+  auto pos = b["position_ids"];
+  CHECK(pos[1][5].item<int64_t>() == 1);  // prompt of length 2, left-padded to 6
+  CHECK(pos[1][6].item<int64_t>() == 2);
+  CHECK(pos[1][11].item<int64_t>() == 7);
+  CHECK(pos[0][6].item<int64_t>() == 6);
+}
+
+TEST_CASE("sampling is deterministic for a seed and n samples are interleaved") {
+  torch::manual_seed(14);
+  CausalLM model(small_config());
+  auto prompts = prompt_batch(kPrompts);
+  prompts.non_tensor_batch["uid"] = Column{"a", "b", "c"};
+  GenerationOptions opts{.max_new_tokens = 8, .n = 3, .sampling = {.temperature = 1.0, .top_p = 0.9}, .seed = 7};
+  auto first = generate(model, prompts, opts);
+  auto second = generate(model, prompts, opts);
+  CHECK(torch::equal(first.batch["responses"], second.batch["responses"]));
+  CHECK(first.size() == 9);
+  for (int64_t i = 0; i < 9; ++i) {
+    CHECK(torch::equal(first.batch["prompts"][i], prompts.batch["input_ids"][i / 3]));
+    CHECK(first.non_tensor_batch.at("uid")[static_cast<size_t>(i)] == std::string(1, static_cast<char>('a' + i / 3)));
+  }
+  opts.seed = 8;
+  CHECK_FALSE(torch::equal(first.batch["responses"], generate(model, prompts, opts).batch["responses"]));
+  // samples of one prompt differ from each other (37 tokens, 8 steps, temperature 1)
+  CHECK_FALSE(torch::equal(first.batch["responses"][0], first.batch["responses"][1]));
+}
+
+TEST_CASE("temperature near 0 generates what greedy generates") {
+  torch::manual_seed(15);
+  CausalLM model(small_config());
+  auto prompts = prompt_batch(kPrompts);
+  auto greedy = generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .do_sample = false});
+  auto cold = generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .sampling = {.temperature = 1e-5}, .seed = 3});
+  CHECK(torch::equal(greedy.batch["responses"], cold.batch["responses"]));
+}
+
+TEST_CASE("rollout log-probs equal the actor's recomputation with verl's alignment") {
+  torch::manual_seed(16);
+  CausalLM model(small_config());
+  const double temperature = 0.7;
+  auto out = generate(model, prompt_batch(kPrompts),
+                      GenerationOptions{.max_new_tokens = 7, .sampling = {.temperature = temperature},
+                                        .seed = 5, .return_log_probs = true});
+  torch::NoGradGuard g;
+  auto scores = compute_response_scores(model, out, ScoreOptions{.temperature = temperature, .with_entropy = true});
+  auto mask = out.batch["response_mask"].to(torch::kBool);
+  CHECK(torch::allclose(scores.log_probs.masked_fill(~mask, 0), out.batch["rollout_log_probs"], 1e-4, 1e-5));
+  CHECK(scores.entropy.sizes() == torch::IntArrayRef({3, 7}));
+  CHECK((scores.entropy >= 0).all().item<bool>());
+}
+
+TEST_CASE("generate rejects prompts without a mask and bad lengths") {
+  CausalLM model(small_config());
+  DataProto no_mask(TensorDict{{"input_ids", torch::zeros({1, 3}, torch::kLong)}});
+  CHECK_THROWS_WITH(generate(model, no_mask, {}), Catch::Contains("attention_mask"));
+  CHECK_THROWS_WITH(generate(model, prompt_batch({{1, 2}}), GenerationOptions{.max_new_tokens = 0}),
+                    Catch::Contains("max_new_tokens"));
+}
