@@ -1,0 +1,107 @@
+// default_compute_score routing (verl reward_score/__init__.py) and the registry of named
+// reward functions.
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/trainer/reward_score.hpp>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace hyflow::reward_score {
+namespace {
+
+bool one_of(const std::string& s, std::initializer_list<std::string_view> names) {
+  for (auto n : names) {
+    if (s == n) return true;
+  }
+  return false;
+}
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
+
+/// Ground truths are strings in verl's datasets; numbers are accepted as their JSON text.
+std::string text_of(const nlohmann::json& ground_truth, const std::string& data_source) {
+  if (ground_truth.is_string()) return ground_truth.get<std::string>();
+  if (ground_truth.is_number()) return ground_truth.dump();
+  throw ValueError("default_compute_score: data_source '" + data_source +
+                   "' needs a string ground_truth, got " + ground_truth.dump());
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, ComputeScoreFn> table{{"default", default_compute_score}};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+ScoreResult default_compute_score(const std::string& data_source, const std::string& solution_str,
+                                  const nlohmann::json& ground_truth, const nlohmann::json& extra_info) {
+  if (data_source == "openai/gsm8k") {
+    std::string method = "strict";
+    if (extra_info.is_object() && extra_info.contains("method") && extra_info["method"].is_string()) {
+      method = extra_info["method"].get<std::string>();
+    }
+    return {gsm8k::compute_score(solution_str, text_of(ground_truth, data_source), method)};
+  }
+  if (one_of(data_source, {"lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"})) {
+    return {math::compute_score(solution_str, text_of(ground_truth, data_source))};
+  }
+  if (one_of(data_source, {"math_dapo", "math", "math_dapo_reasoning"}) || starts_with(data_source, "aime")) {
+    return math_dapo::compute_score(solution_str, text_of(ground_truth, data_source));
+  }
+  if (data_source == "arithmetic") {
+    return {arithmetic::compute_score(solution_str, text_of(ground_truth, data_source))};
+  }
+  if (data_source == "countdown") return {countdown::compute_score(solution_str, ground_truth)};
+  if (starts_with(data_source, "numina_") || starts_with(data_source, "searchR1_") ||
+      one_of(data_source, {"codecontests", "apps", "codeforces", "taco", "hiyouga/geometry3k"})) {
+    throw KeyError("default_compute_score: data_source '" + data_source +
+                   "' needs a scorer hyflow does not ship (prime_math, code sandbox, geo3k, search-R1); "
+                   "register a custom reward function for it");
+  }
+  throw KeyError("default_compute_score: no rule scorer for data_source '" + data_source +
+                 "' (known: openai/gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
+                 "HuggingFaceH4/MATH-500, math_dapo, math, math_dapo_reasoning, aime*, arithmetic, countdown)");
+}
+
+void register_compute_score(const std::string& name, ComputeScoreFn fn, bool overwrite) {
+  if (!fn) throw ValueError("register_compute_score: empty function for '" + name + "'");
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!overwrite && r.table.count(name)) {
+    throw ValueError("register_compute_score: reward function '" + name + "' is already registered");
+  }
+  r.table[name] = std::move(fn);
+}
+
+ComputeScoreFn get_compute_score(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.table.find(name);
+  if (it == r.table.end()) {
+    std::ostringstream known;
+    const char* sep = "";
+    for (const auto& [n, fn] : r.table) {
+      known << sep << n;
+      sep = ", ";
+    }
+    throw KeyError("unknown reward function '" + name + "' (registered: " + known.str() + ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> registered_compute_scores() {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [n, fn] : r.table) names.push_back(n);
+  return names;
+}
+
+}  // namespace hyflow::reward_score
