@@ -23,7 +23,7 @@ bool identical(const DataProto& a, const DataProto& b) {
     if (t.scalar_type() != u.scalar_type() || t.sizes() != u.sizes()) return false;
     // Bitwise: NaNs and -0.0 must survive too.
     auto x = t.contiguous(), y = u.contiguous();
-    if (std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0) return false;
+    if (x.nbytes() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0) return false;
   }
   return a.non_tensor_batch.keys() == b.non_tensor_batch.keys() &&
          Json(a.meta_info).dump() == Json(b.meta_info).dump() &&
