@@ -38,9 +38,10 @@ endif()
 
 find_program(HYFLOW_CCACHE ccache)
 if(HYFLOW_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
-  # ccache must be told that precompiled headers are safe to cache.
+  # ccache must be told that precompiled headers are safe to cache; a base directory makes
+  # paths relative, so fresh clones elsewhere (CI) hit the same cache entries.
   set(CMAKE_CXX_COMPILER_LAUNCHER
       env "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
-      ${HYFLOW_CCACHE})
+      "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" ${HYFLOW_CCACHE})
   message(STATUS "hyflow: compiling through ccache (${HYFLOW_CCACHE})")
 endif()
