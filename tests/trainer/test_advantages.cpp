@@ -204,8 +204,38 @@ TEST_CASE("estimator registry dispatches by name, accepts custom ones, names unk
   auto names = registered_adv_estimators();
   for (const char* name : {"gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized",
                            "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
-                           "optimal_token_baseline"}) {
+                           "optimal_token_baseline", "tir_optimal_token_baseline"}) {
     INFO(name);
     REQUIRE(std::find(names.begin(), names.end(), name) != names.end());
+  }
+}
+
+TEST_CASE("multi-turn optimal token baseline aligns trajectories on their valid tokens") {
+  auto rewards = f64({{0, 0, 1}, {0, 2, 0}, {5, 5, 5}});
+  auto mask = i64({{1, 0, 1}, {1, 1, 0}, {0, 0, 0}});  // row 0 has a tool token in the middle
+  auto old_log_probs = torch::zeros({3, 3}, torch::kDouble);
+  auto sum_pi_squared = torch::full({3, 3}, 1.5, torch::kDouble);  // w = 0.5
+  // compacted: row 0 W {0.5, 1}, G {1, 1}; row 1 W {0.5, 1}, G {2, 2}
+  // b_0 = (0.5 + 1)/(1 + 1e-8), b_1 = (1 + 2)/(2 + 1e-8); row 2 has no valid token
+  auto out = compute_multi_turn_optimal_token_baseline_advantage(rewards, mask, {"g", "g", "g"}, old_log_probs,
+                                                                 sum_pi_squared);
+  const double b0 = 1.5 / (1 + 1e-8), b1 = 3 / (2 + 1e-8);
+  require_close(out.returns, f64({{1, 1, 1}, {2, 2, 0}, {0, 0, 0}}));
+  require_close(out.advantages, f64({{1 - b0, 0, 1 - b1}, {2 - b0, 2 - b1, 0}, {0, 0, 0}}));
+
+  SECTION("a lone trajectory keeps its returns") {
+    auto lone = compute_multi_turn_optimal_token_baseline_advantage(rewards, mask, {"a", "b", "c"}, old_log_probs,
+                                                                    sum_pi_squared);
+    require_close(lone.advantages, f64({{1, 0, 1}, {2, 2, 0}, {0, 0, 0}}));
+  }
+  SECTION("registered as tir_optimal_token_baseline") {
+    AdvantageInputs in{.token_level_rewards = rewards,
+                       .response_mask = mask,
+                       .index = std::vector<std::string>{"g", "g", "g"},
+                       .old_log_probs = old_log_probs,
+                       .sum_pi_squared = sum_pi_squared};
+    require_close(get_adv_estimator_fn("tir_optimal_token_baseline")(in).advantages, out.advantages);
+    in.sum_pi_squared.reset();
+    REQUIRE_THROWS_AS(get_adv_estimator_fn("tir_optimal_token_baseline")(in), hyflow::KeyError);
   }
 }

@@ -90,6 +90,13 @@ std::map<std::string, AdvEstimatorFn> builtin_estimators() {
         require(in.old_log_probs, name, "old_log_probs"), require(in.sum_pi_squared, name, "sum_pi_squared"),
         in.rollout_is_weights);
   };
+  t["tir_optimal_token_baseline"] = [](const AdvantageInputs& in) {
+    constexpr const char* name = "tir_optimal_token_baseline";
+    return compute_multi_turn_optimal_token_baseline_advantage(
+        in.token_level_rewards, in.response_mask, require_index(in, name),
+        require(in.old_log_probs, name, "old_log_probs"), require(in.sum_pi_squared, name, "sum_pi_squared"),
+        in.rollout_is_weights);
+  };
   return t;
 }
 

@@ -157,6 +157,14 @@ AdvantageOutput compute_optimal_token_baseline_advantage(const at::Tensor& token
                                                          const std::optional<at::Tensor>& rollout_is_weights = {},
                                                          bool handle_zero_tail = true, double epsilon = 1e-8);
 
+/// Multi-turn (tool-interleaved) optimal token baseline: the same baseline computed on each
+/// row's valid tokens compacted to the front, so the k-th response token of every trajectory
+/// is aligned whatever tool tokens lie between. Rows without valid tokens get 0.
+AdvantageOutput compute_multi_turn_optimal_token_baseline_advantage(
+    const at::Tensor& token_level_rewards, const at::Tensor& response_mask, const std::vector<std::string>& index,
+    const at::Tensor& old_log_probs, const at::Tensor& sum_pi_squared,
+    const std::optional<at::Tensor>& rollout_is_weights = {}, bool handle_zero_tail = true, double epsilon = 1e-8);
+
 /// Everything an estimator may read (verl passes these as keyword arguments).
 struct AdvantageInputs {
   at::Tensor token_level_rewards;
@@ -164,7 +172,7 @@ struct AdvantageInputs {
   std::optional<at::Tensor> values;              ///< gae
   std::optional<std::vector<std::string>> index;  ///< group estimators (uid)
   std::optional<at::Tensor> reward_baselines;    ///< remax
-  std::optional<at::Tensor> old_log_probs;       ///< optimal_token_baseline
+  std::optional<at::Tensor> old_log_probs;       ///< (tir_)optimal_token_baseline
   std::optional<at::Tensor> sum_pi_squared;      ///< optimal_token_baseline
   std::optional<at::Tensor> rollout_is_weights;  ///< optimal_token_baseline
   AlgoConfig config;                             ///< gamma, lam, norm_adv_by_std_in_grpo
@@ -177,7 +185,7 @@ using AdvEstimatorFn = std::function<AdvantageOutput(const AdvantageInputs&)>;
 void register_adv_est(const std::string& name, AdvEstimatorFn fn, bool overwrite = false);
 /// The estimator registered as `name` (built-ins: gae, grpo, grpo_vectorized, grpo_passk,
 /// rloo, rloo_vectorized, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg,
-/// optimal_token_baseline). Unknown names: hyflow::KeyError listing the known ones.
+/// optimal_token_baseline, tir_optimal_token_baseline). Unknown names: hyflow::KeyError listing the known ones.
 AdvEstimatorFn get_adv_estimator_fn(const std::string& name);
 std::vector<std::string> registered_adv_estimators();
 
@@ -202,30 +210,47 @@ using PolicyLossFn = std::function<PolicyLossOutput(
     const at::Tensor& response_mask, const std::string& loss_agg_mode, const ActorConfig& config,
     const std::optional<at::Tensor>& rollout_is_weights)>;
 
-#define HYFLOW_POLICY_LOSS_DECL(fn)                                                                    \
-  PolicyLossOutput fn(const at::Tensor& old_log_prob, const at::Tensor& log_prob,                      \
-                      const at::Tensor& advantages, const at::Tensor& response_mask,                   \
-                      const std::string& loss_agg_mode, const ActorConfig& config,                     \
-                      const std::optional<at::Tensor>& rollout_is_weights = std::nullopt)
-
+// All share verl's PolicyLossFn signature; rollout_is_weights multiply the token losses.
 /// PPO clip with asymmetric ε_low/ε_high and dual clip (clip_ratio_c) where A < 0.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_vanilla);
+PolicyLossOutput compute_policy_loss_vanilla(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// GSPO sequence-level ratio; always aggregated seq-mean-token-mean.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_gspo);
+PolicyLossOutput compute_policy_loss_gspo(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// SAPO sigmoid gate; always aggregated seq-mean-token-mean.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_sapo);
+PolicyLossOutput compute_policy_loss_sapo(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// GPG: -log_prob·A; no metrics.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_gpg);
+PolicyLossOutput compute_policy_loss_gpg(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// Clip-Cov: PPO clip, then random high-covariance tokens get no gradient (torch global RNG).
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_clip_cov);
+PolicyLossOutput compute_policy_loss_clip_cov(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// KL-Cov: top-k covariance tokens get -A·r + ppo_kl_coef·|log r|.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_kl_cov);
+PolicyLossOutput compute_policy_loss_kl_cov(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// GMPO: geometric-mean sequence ratio; plain mean over sequences (loss_agg_mode unused).
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_geo_mean);
+PolicyLossOutput compute_policy_loss_geo_mean(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 /// CISPO: -sg(clip(r))·A·log_prob.
-HYFLOW_POLICY_LOSS_DECL(compute_policy_loss_cispo);
-
-#undef HYFLOW_POLICY_LOSS_DECL
+PolicyLossOutput compute_policy_loss_cispo(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 
 /// Registers a policy loss under `name` (replaces an existing one, as verl does).
 void register_policy_loss(const std::string& name, PolicyLossFn fn);
