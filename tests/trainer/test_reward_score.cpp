@@ -177,3 +177,22 @@ TEST_CASE("reward function registry: default, custom functions, duplicates, unkn
   REQUIRE_THROWS_AS(get_compute_score("nope"), hyflow::KeyError);
   REQUIRE_THROWS_WITH(get_compute_score("nope"), Catch::Contains("nope"));
 }
+
+TEST_CASE("scorers stay bounded on very long responses") {
+  const std::string noise(200000, '7');
+  REQUIRE(arithmetic::compute_score(noise + " so the answer is 42", "42") == 1.0);
+  REQUIRE(countdown::compute_score("<answer>" + noise + "</answer>", Json{{"target", 1}, {"numbers", {1}}}) ==
+          Approx(0.1));
+  REQUIRE_FALSE(countdown::evaluate_equation(std::string(200000, '1') + "+"));
+  REQUIRE(math::compute_score("\\boxed{" + noise + "}", noise) == 1.0);
+  REQUIRE(math_dapo::compute_score(noise + "\nAnswer: 5", "5").score == 1.0);
+  REQUIRE(gsm8k::compute_score(noise + " #### 5", "5") == 1.0);
+}
+
+TEST_CASE("numbers too large for a double never throw") {
+  const std::string huge(400, '9');
+  REQUIRE(arithmetic::compute_score(huge.substr(0, 299), "42") == 0.0);
+  REQUIRE(countdown::evaluate_equation(huge) == std::optional<double>(HUGE_VAL));
+  REQUIRE(countdown::compute_score("<answer>" + huge + "</answer>", Json{{"target", 1}, {"numbers", {1}}}) ==
+          Approx(0.1));
+}

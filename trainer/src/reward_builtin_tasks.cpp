@@ -8,15 +8,20 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 
 namespace hyflow::reward_score {
 
 namespace arithmetic {
+namespace {
+constexpr size_t kAnswerClipChars = 300;
+}  // namespace
 
 std::optional<std::string> extract_answer(const std::string& solution_str) {
   static const std::regex number("-?[0-9]+(\\.[0-9]+)?");
-  const std::string text = detail::replace_all(solution_str, ",", "");
+  // The answer ends the response: the tail bounds the regex work on long outputs.
+  const std::string text = detail::replace_all(detail::last_chars(solution_str, kAnswerClipChars), ",", "");
   std::optional<std::string> last;
   for (std::sregex_iterator it(text.begin(), text.end(), number), end; it != end; ++it) last = it->str();
   return last;
@@ -32,7 +37,7 @@ double compute_score(const std::string& solution_str, const std::string& ground_
   } catch (const std::exception&) {
     throw ValueError("arithmetic.compute_score: ground_truth '" + ground_truth + "' is not a number");
   }
-  const double got = std::stod(*answer);
+  const double got = std::strtod(answer->c_str(), nullptr);  // overflow gives inf: no match
   return std::abs(got - expected) <= 1e-9 * std::max(1.0, std::abs(expected)) ? 1.0 : 0.0;
 }
 
@@ -127,7 +132,7 @@ class Evaluator {
     if (pos_ == start) return std::nullopt;
     const std::string token = s_.substr(start, pos_ - start);
     if (std::count(token.begin(), token.end(), '.') > 1 || token == ".") return std::nullopt;
-    return std::stod(token);
+    return std::strtod(token.c_str(), nullptr);  // huge literals become inf, never an exception
   }
 
   const std::string& s_;
@@ -156,21 +161,31 @@ nlohmann::json parse_ground_truth(const nlohmann::json& ground_truth) {
 }  // namespace
 
 std::optional<std::string> extract_solution(const std::string& solution_str) {
-  static const std::regex answer("<answer>([\\s\\S]*?)</answer>");
+  // Same matches as the lazy regex <answer>(.*?)</answer>, without regex recursion on long text.
+  constexpr std::string_view open = "<answer>", close = "</answer>";
   std::optional<std::string> last;
-  for (std::sregex_iterator it(solution_str.begin(), solution_str.end(), answer), end; it != end; ++it) {
-    last = detail::strip((*it)[1].str());
+  size_t pos = 0;
+  for (size_t start; (start = solution_str.find(open, pos)) != std::string::npos;) {
+    const size_t body = start + open.size();
+    const size_t end = solution_str.find(close, body);
+    if (end == std::string::npos) break;
+    last = detail::strip(std::string_view(solution_str).substr(body, end - body));
+    pos = end + close.size();
   }
   return last;
 }
 
 bool validate_equation(const std::string& equation, const std::vector<int64_t>& numbers) {
-  static const std::regex integer("[0-9]+");
   std::vector<int64_t> used;
-  for (std::sregex_iterator it(equation.begin(), equation.end(), integer), end; it != end; ++it) {
-    const std::string digits = it->str();
-    if (digits.size() > 18) return false;
-    used.push_back(std::stoll(digits));
+  for (size_t i = 0; i < equation.size();) {
+    if (!std::isdigit(static_cast<unsigned char>(equation[i]))) {
+      ++i;
+      continue;
+    }
+    const size_t start = i;
+    while (i < equation.size() && std::isdigit(static_cast<unsigned char>(equation[i]))) ++i;
+    if (i - start > 18) return false;  // no such number was given
+    used.push_back(std::stoll(equation.substr(start, i - start)));
   }
   std::vector<int64_t> available = numbers;
   std::sort(used.begin(), used.end());
@@ -179,8 +194,8 @@ bool validate_equation(const std::string& equation, const std::vector<int64_t>& 
 }
 
 std::optional<double> evaluate_equation(const std::string& equation) {
-  static const std::regex allowed("[0-9+\\-*/().\\s]+");
-  if (!std::regex_match(equation, allowed)) return std::nullopt;
+  constexpr std::string_view allowed = "0123456789+-*/(). \t\n\r\v\f";
+  if (equation.empty() || equation.find_first_not_of(allowed) != std::string::npos) return std::nullopt;
   return Evaluator(equation).run();
 }
 

@@ -5,7 +5,6 @@
 
 #include "string_utils.hpp"
 
-#include <regex>
 
 namespace hyflow::reward_score::math {
 namespace {
@@ -16,8 +15,10 @@ using detail::split;
 
 /// Python's int(a) followed by "{}".format(a) == a: a canonical decimal integer.
 bool is_canonical_int(const std::string& s) {
-  static const std::regex canonical("-?(0|[1-9][0-9]*)");
-  return std::regex_match(s, canonical) && s != "-0";
+  const std::string_view digits = s.starts_with('-') ? std::string_view(s).substr(1) : std::string_view(s);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  if (digits.size() > 1 && digits[0] == '0') return false;
+  return s != "-0";
 }
 
 /// \frac12 -> \frac{1}{2}, \frac1{72} -> \frac{1}{72}.
