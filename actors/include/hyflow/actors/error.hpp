@@ -1,0 +1,59 @@
+#pragma once
+// Errors of the worker runtime. Every message names the method, the rank and what happened.
+
+#include <hyflow/dataproto/error.hpp>
+
+#include <string>
+#include <vector>
+
+namespace hyflow {
+
+/// A method failed on a worker (it threw, or the worker is gone). what() reads
+/// "method 'update_critic' failed on rank 2 of 4: <worker's message>".
+class CallError : public Error {
+ public:
+  CallError(std::string method, int rank, std::string message, std::string what)
+      : Error(std::move(what)), method_(std::move(method)), rank_(rank), message_(std::move(message)) {}
+  const std::string& method() const { return method_; }
+  /// The lowest failed rank (-1 when the failure is not tied to one rank).
+  int rank() const { return rank_; }
+  /// The worker's own message (e.g. the exception text).
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string method_;
+  int rank_;
+  std::string message_;
+};
+
+/// The worker of `rank` died (or was dead already) while the call was pending.
+class WorkerDiedError : public CallError {
+ public:
+  using CallError::CallError;
+};
+
+/// The watchdog deadline passed; ranks() are the ranks that had not answered.
+class CallTimeoutError : public CallError {
+ public:
+  CallTimeoutError(std::string method, std::vector<int> ranks, std::string what)
+      : CallError(std::move(method), ranks.empty() ? -1 : ranks.front(), "deadline exceeded", std::move(what)),
+        ranks_(std::move(ranks)) {}
+  const std::vector<int>& ranks() const { return ranks_; }
+
+ private:
+  std::vector<int> ranks_;
+};
+
+/// A call that the runtime refuses by design (e.g. DIRECT_ROLLOUT_METHOD through a group).
+class NotSupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A method called with arguments of the wrong number or type, or an unknown method.
+class BindError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace hyflow

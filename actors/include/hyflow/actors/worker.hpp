@@ -1,0 +1,117 @@
+#pragma once
+// Worker: the base of every class whose methods the controller calls through a WorkerGroup.
+// It knows its place in the group (rank, world size, local rank, master address/port,
+// device), the dp rank and collect flag per named mesh, and owns a process group created on
+// first use.
+
+#include <hyflow/actors/method_table.hpp>
+#include <hyflow/parallel/process_group.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace hyflow {
+
+/// What a worker learns from the runtime (verl's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+/// MASTER_PORT environment).
+struct WorkerEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string device = "cpu";
+  /// "{prefix}{type}_{node}:{local_rank}", unique within the runtime.
+  std::string name;
+
+  Json to_json() const;
+  static WorkerEnv from_json(const Json& j);
+};
+
+namespace detail {
+/// Thrown by Worker::exit_worker; deliberately not a std::exception, so that user code
+/// catching std::exception does not swallow it.
+struct WorkerExit {
+  std::string reason;
+};
+
+/// The runtime sets the environment on the worker's thread before constructing it, so that
+/// constructors can already use rank() and friends (as verl workers read env vars).
+class WorkerEnvScope {
+ public:
+  explicit WorkerEnvScope(const WorkerEnv& env);
+  ~WorkerEnvScope();
+  WorkerEnvScope(const WorkerEnvScope&) = delete;
+  WorkerEnvScope& operator=(const WorkerEnvScope&) = delete;
+
+ private:
+  const WorkerEnv* previous_;
+};
+}  // namespace detail
+
+class Worker {
+ public:
+  /// Takes the environment the runtime set up for this thread; outside a runtime a default
+  /// single-rank environment (rank 0 of 1 on cpu).
+  Worker();
+  explicit Worker(WorkerEnv env);
+  virtual ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  int local_rank() const { return env_.local_rank; }
+  const std::string& master_addr() const { return env_.master_addr; }
+  int master_port() const { return env_.master_port; }
+  const std::string& device() const { return env_.device; }
+  const WorkerEnv& env() const { return env_; }
+
+  /// verl's _register_dispatch_collect_info; ValueError when the mesh is registered twice.
+  void register_dispatch_collect_info(const std::string& mesh, int64_t dp_rank, bool is_collect);
+  /// dp rank of this worker in `mesh`; KeyError naming the mesh if it was never registered.
+  int64_t query_dispatch_info(const std::string& mesh) const;
+  bool query_collect_info(const std::string& mesh) const;
+  /// The environment as JSON (built-in method "worker_env").
+  Json worker_env() const { return env_.to_json(); }
+
+  /// The gloo process group of this worker group, created on first use (every rank must
+  /// reach its first use: the constructor is a rendezvous).
+  ProcessGroup& process_group();
+  bool has_process_group() const { return process_group_ != nullptr; }
+
+  /// Ends this worker now, as a crash would: the running call gets no answer, the worker
+  /// stops and its group fails the call naming this rank. (Fault handling and its tests.)
+  [[noreturn]] void exit_worker(const std::string& reason);
+
+  /// Built-in method "execute_with_func_generator" (DP_COMPUTE_PROTO_WITH_FUNC): runs the
+  /// worker function registered under `function` on this rank's chunk.
+  DataProto execute_with_func_generator(const std::string& function, DataProto data);
+
+ private:
+  struct MeshInfo {
+    int64_t dp_rank;
+    bool is_collect;
+  };
+  WorkerEnv env_;
+  std::map<std::string, MeshInfo> meshes_;
+  std::unique_ptr<ProcessGroup> process_group_;
+};
+
+/// A function that DP_COMPUTE_PROTO_WITH_FUNC calls on each rank's chunk, by name (names
+/// travel on the wire, function objects do not).
+using WorkerFunction = std::function<DataProto(Worker&, DataProto)>;
+void register_worker_function(const std::string& name, WorkerFunction fn);
+
+template <class W>
+void add_builtin_methods(MethodTable<W>& t) {
+  t.add("query_dispatch_info", &Worker::query_dispatch_info, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("query_collect_info", &Worker::query_collect_info, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("worker_env", &Worker::worker_env, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("execute_with_func_generator", &Worker::execute_with_func_generator,
+        {.dispatch = Dispatch::DP_COMPUTE_PROTO_WITH_FUNC});
+}
+
+}  // namespace hyflow

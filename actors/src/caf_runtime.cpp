@@ -1,0 +1,398 @@
+// CAF plumbing of the runtime: the worker actor, the per-group collector (sends per-rank
+// requests, monitors workers, runs the watchdog) and the in-process launcher. The call
+// pipeline itself (worker_group.cpp) never sees CAF.
+#include <hyflow/actors/caf_inspect.hpp>
+#include <hyflow/actors/colocated.hpp>
+#include <hyflow/actors/detail/pending_call.hpp>
+#include <hyflow/actors/runtime.hpp>
+
+#include <caf/all.hpp>
+
+#include <iostream>
+#include <map>
+#include <mutex>
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::detail::PendingCall>)  // in-process only
+
+namespace hyflow::detail {
+
+using init_atom = caf::atom_constant<caf::atom("hf_init")>;
+using call_atom = caf::atom_constant<caf::atom("hf_call")>;
+using submit_atom = caf::atom_constant<caf::atom("hf_submit")>;
+using tick_atom = caf::atom_constant<caf::atom("hf_tick")>;
+using kill_atom = caf::atom_constant<caf::atom("hf_kill")>;
+
+enum class errc : uint8_t { method_failed = 1, init_failed = 2, worker_exit = 3 };
+inline caf::error make_error(errc code, std::string kind, std::string message) {
+  return {static_cast<uint8_t>(code), caf::atom("hyflow"), caf::make_message(std::move(kind), std::move(message))};
+}
+
+using worker_actor = caf::typed_actor<caf::replies_to<init_atom, std::string, std::string>::with<std::string>,
+                                      caf::replies_to<call_atom, std::string, std::vector<Value>>::with<Value>>;
+
+namespace {
+
+/// The class of an exception, for messages ("ValueError: ...").
+std::string kind_of(const std::exception& e) {
+  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
+  if (dynamic_cast<const KeyError*>(&e)) return "KeyError";
+  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
+  if (dynamic_cast<const FormatError*>(&e)) return "FormatError";
+  if (dynamic_cast<const BindError*>(&e)) return "BindError";
+  if (dynamic_cast<const NotSupportedError*>(&e)) return "NotSupportedError";
+  if (dynamic_cast<const CallError*>(&e)) return "CallError";
+  if (dynamic_cast<const Error*>(&e)) return "Error";
+  return "std::exception";
+}
+
+// ---- worker actor --------------------------------------------------------------------------
+
+struct worker_state {
+  WorkerSpec spec;
+  WorkerEnv env;
+  CreatedWorker created;
+  static inline const char* name = "hyflow.worker";
+};
+
+worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worker_state> self) {
+  return {
+      [=](init_atom, const std::string& spec_json, const std::string& env_json) -> caf::result<std::string> {
+        auto& st = self->state;
+        try {
+          st.spec = WorkerSpec::from_json(Json::parse(spec_json));
+          st.env = WorkerEnv::from_json(Json::parse(env_json));
+          WorkerEnvScope scope(st.env);  // constructors can read rank(), world_size(), ...
+          st.created = create_worker(st.spec);
+          return st.env.name;
+        } catch (const std::exception& e) {
+          return make_error(errc::init_failed, kind_of(e), e.what());
+        }
+      },
+      [=](call_atom, const std::string& method, std::vector<Value>& args) -> caf::result<Value> {
+        auto& st = self->state;
+        if (!st.created.worker) return make_error(errc::method_failed, "Error", "worker is not initialized");
+        try {
+          const MethodEntry& entry = st.created.table->at(method, st.spec.type);
+          if (entry.options.materialize_futures)
+            for (auto& a : args)
+              if (a.is_future()) a = a.materialized();
+          return entry.invoke(*st.created.worker, args);
+        } catch (const WorkerExit& e) {
+          // A crash: no answer; the collector learns from the down message.
+          self->quit(make_error(errc::worker_exit, "exit", e.reason));
+          return self->make_response_promise<Value>();
+        } catch (const std::exception& e) {
+          return make_error(errc::method_failed, kind_of(e), e.what());
+        }
+      },
+  };
+}
+
+class CafWorkerHandle : public WorkerHandle {
+ public:
+  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e) : actor(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
+  const WorkerEnv& env() const override { return env_; }
+  const WorkerSpec& spec() const override { return spec_; }
+  worker_actor actor;
+
+ private:
+  WorkerSpec spec_;
+  WorkerEnv env_;
+};
+
+worker_actor actor_of(const WorkerRef& w) {
+  auto* h = dynamic_cast<CafWorkerHandle*>(w.get());
+  if (!h) throw ValueError("worker '" + w->env().name + "' was not launched by this runtime");
+  return h->actor;
+}
+
+std::string context_string(const caf::error& e, size_t i) {
+  const auto& ctx = e.context();
+  if (ctx.size() > i && ctx.match_element<std::string>(i)) return ctx.get_as<std::string>(i);
+  return {};
+}
+
+// ---- collector: one per group --------------------------------------------------------------
+
+struct collector_state {
+  std::vector<worker_actor> workers;
+  std::vector<std::string> names;
+  std::shared_ptr<std::vector<std::atomic<bool>>> alive;
+  std::vector<std::string> death;  ///< why a rank died ("" while alive)
+  std::map<uint64_t, std::shared_ptr<PendingCall>> calls;
+  uint64_t next_id = 0;
+  bool tick_armed = false;
+  static inline const char* name = "hyflow.collector";
+};
+
+using collector_actor = caf::stateful_actor<collector_state>;
+
+std::string rank_label(const collector_state& st, int rank) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(st.workers.size()) + " (worker '" +
+         st.names[static_cast<size_t>(rank)] + "')";
+}
+
+std::exception_ptr died(const collector_state& st, const std::string& method, int rank) {
+  const std::string& why = st.death[static_cast<size_t>(rank)];
+  return std::make_exception_ptr(WorkerDiedError(
+      method, rank, why, "method '" + method + "': " + rank_label(st, rank) + " is dead: " + why));
+}
+
+std::exception_ptr to_exception(caf::actor_system& sys, const collector_state& st, const caf::error& e,
+                                 const std::string& method, int rank) {
+  if (e.category() == caf::atom("hyflow")) {
+    const std::string kind = context_string(e, 0), message = context_string(e, 1);
+    if (e.code() == static_cast<uint8_t>(errc::worker_exit))
+      return std::make_exception_ptr(WorkerDiedError(
+          method, rank, message, "method '" + method + "': " + rank_label(st, rank) + " exited: " + message));
+    return std::make_exception_ptr(CallError(method, rank, message,
+                                             "method '" + method + "' failed on " + rank_label(st, rank) + ": " + kind +
+                                                 ": " + message));
+  }
+  if (e == caf::sec::request_receiver_down)
+    return std::make_exception_ptr(
+        WorkerDiedError(method, rank, "worker is down", "method '" + method + "': " + rank_label(st, rank) + " is dead"));
+  const std::string text = sys.render(e);
+  return std::make_exception_ptr(
+      CallError(method, rank, text, "method '" + method + "' failed on " + rank_label(st, rank) + ": " + text));
+}
+
+void forget_done(collector_state& st) {
+  for (auto it = st.calls.begin(); it != st.calls.end();)
+    it = it->second->done() ? st.calls.erase(it) : std::next(it);
+}
+
+void arm_tick(collector_actor* self) {
+  if (self->state.tick_armed) return;
+  self->state.tick_armed = true;
+  self->delayed_send(self, std::chrono::milliseconds(20), tick_atom::value);
+}
+
+void check_deadlines(collector_actor* self) {
+  auto& st = self->state;
+  const auto now = PendingCall::Clock::now();
+  bool waiting = false;
+  for (auto& [id, call] : st.calls) {
+    if (!call->deadline || call->done()) continue;
+    if (now < *call->deadline) {
+      waiting = true;
+      continue;
+    }
+    auto late = call->unanswered();
+    if (late.empty() || !call->take_deadline_report()) continue;
+    DeadlineReport report{call->method, late,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(now - call->start)};
+    std::string ranks;
+    for (int r : late) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    const std::string line = "hyflow watchdog: method '" + call->method + "' exceeded its deadline after " +
+                             std::to_string(report.elapsed.count()) + " ms; no answer from rank(s) " + ranks;
+    std::cerr << line << std::endl;
+    if (call->on_deadline) {
+      call->on_deadline(report);
+    } else {
+      for (int r : late)
+        call->fail(static_cast<size_t>(call->index_of(r)),
+                   std::make_exception_ptr(CallTimeoutError(call->method, late, line)));
+    }
+  }
+  forget_done(st);
+  if (waiting) arm_tick(self);
+}
+
+caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor> workers, std::vector<std::string> names,
+                                 std::shared_ptr<std::vector<std::atomic<bool>>> alive) {
+  auto& st = self->state;
+  st.workers = std::move(workers);
+  st.names = std::move(names);
+  st.alive = std::move(alive);
+  st.death.assign(st.workers.size(), "");
+  for (auto& w : st.workers) self->monitor(w);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (size_t r = 0; r < st.workers.size(); ++r) {
+      if (st.workers[r].address() != dm.source) continue;
+      st.death[r] = dm.reason == caf::exit_reason::kill ? "killed" : self->system().render(dm.reason);
+      if (st.death[r].empty()) st.death[r] = "stopped";
+      (*st.alive)[r] = false;
+      for (auto& [id, call] : st.calls) {
+        int i = call->index_of(static_cast<int>(r));
+        if (i >= 0) call->fail(static_cast<size_t>(i), died(st, call->method, static_cast<int>(r)));
+      }
+    }
+    forget_done(st);
+  });
+  return {
+      [=](submit_atom, std::shared_ptr<PendingCall>& call) {
+        auto& st = self->state;
+        const uint64_t id = st.next_id++;
+        st.calls.emplace(id, call);
+        for (size_t i = 0; i < call->ranks.size(); ++i) {
+          const int rank = call->ranks[i];
+          if (!st.death[static_cast<size_t>(rank)].empty()) {
+            call->fail(i, died(st, call->method, rank));
+            continue;
+          }
+          self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method,
+                        std::move(call->args[i]))
+              .then([call, i](Value& v) { call->deliver(i, std::move(v)); },
+                    [self, call, i, rank](caf::error& e) {
+                      call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
+                    });
+        }
+        call->args.clear();
+        if (call->deadline) arm_tick(self);
+        if (st.calls.size() > 64) forget_done(st);
+      },
+      [=](tick_atom) {
+        self->state.tick_armed = false;
+        check_deadlines(self);
+      },
+      [=](kill_atom, int rank) {
+        self->send_exit(self->state.workers[static_cast<size_t>(rank)], caf::exit_reason::kill);
+      },
+  };
+}
+
+class CafTransport : public Transport {
+ public:
+  CafTransport(std::shared_ptr<RuntimeCore> core, caf::actor_system& sys, std::vector<WorkerRef> workers, bool owns)
+      : core_(std::move(core)), workers_(std::move(workers)), owns_(owns),
+        alive_(std::make_shared<std::vector<std::atomic<bool>>>(workers_.size())) {
+    std::vector<worker_actor> actors;
+    std::vector<std::string> names;
+    for (auto& w : workers_) {
+      actors.push_back(actor_of(w));
+      names.push_back(w->env().name);
+    }
+    for (auto& a : *alive_) a = true;
+    collector_ = sys.spawn(collector_behavior, std::move(actors), std::move(names), alive_);
+  }
+  ~CafTransport() override {
+    caf::anon_send_exit(collector_, caf::exit_reason::user_shutdown);
+    if (owns_)
+      for (auto& w : workers_) caf::anon_send_exit(actor_of(w), caf::exit_reason::user_shutdown);
+  }
+  const std::vector<WorkerRef>& workers() const override { return workers_; }
+  void submit(std::shared_ptr<PendingCall> call) override {
+    caf::anon_send(collector_, submit_atom::value, std::move(call));
+  }
+  void kill(int rank) override { caf::anon_send(collector_, kill_atom::value, rank); }
+  bool alive(int rank) const override { return (*alive_)[static_cast<size_t>(rank)]; }
+
+ private:
+  std::shared_ptr<RuntimeCore> core_;  // keeps the actor system up while the group lives
+  std::vector<WorkerRef> workers_;
+  bool owns_;
+  std::shared_ptr<std::vector<std::atomic<bool>>> alive_;
+  caf::actor collector_;
+};
+
+}  // namespace
+
+// ---- runtime core and in-process launcher -------------------------------------------------
+
+struct RuntimeConfig : caf::actor_system_config {
+  explicit RuntimeConfig(const RuntimeOptions& o) {
+    add_message_type<DataProto>("hyflow::DataProto");
+    add_message_type<Value>("hyflow::Value");
+    if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
+  }
+};
+
+class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
+ public:
+  explicit RuntimeCore(const RuntimeOptions& o) : config(o), system(config) {}
+  ~RuntimeCore() {
+    std::lock_guard lock(mutex);
+    for (auto& addr : launched)
+      if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  RuntimeConfig config;
+  caf::actor_system system;
+  std::mutex mutex;
+  std::vector<caf::actor_addr> launched;
+  std::map<std::string, WorkerRef> detached;
+  std::shared_ptr<WorkerLauncher> launcher;
+};
+
+namespace {
+class InProcessLauncher : public WorkerLauncher {
+ public:
+  explicit InProcessLauncher(RuntimeCore& core) : core_(core) {}
+  std::vector<WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override {
+    std::vector<worker_actor> actors;
+    for (size_t i = 0; i < envs.size(); ++i) actors.push_back(core_.system.spawn<caf::detached>(worker_behavior));
+    {
+      std::lock_guard lock(core_.mutex);
+      for (auto& a : actors) core_.launched.push_back(a.address());
+    }
+    caf::scoped_actor self{core_.system};
+    const std::string spec_json = spec.to_json().dump();
+    std::vector<decltype(self->request(actors[0], caf::infinite, init_atom::value, spec_json, spec_json))> pending;
+    for (size_t i = 0; i < envs.size(); ++i)
+      pending.push_back(self->request(actors[i], caf::infinite, init_atom::value, spec_json, envs[i].to_json().dump()));
+    std::exception_ptr failure;
+    for (size_t i = 0; i < pending.size(); ++i)
+      pending[i].receive([](std::string&) {},
+                         [&](caf::error& e) {
+                           if (failure) return;
+                           const std::string msg = context_string(e, 1).empty() ? core_.system.render(e)
+                                                                                 : context_string(e, 0) + ": " + context_string(e, 1);
+                           failure = std::make_exception_ptr(
+                               CallError("__init__", static_cast<int>(i), msg,
+                                         "constructing worker type '" + spec.type + "' failed on rank " +
+                                             std::to_string(i) + " of " + std::to_string(envs.size()) + ": " + msg));
+                         });
+    if (failure) {
+      for (auto& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+      std::rethrow_exception(failure);
+    }
+    std::vector<WorkerRef> out;
+    for (size_t i = 0; i < envs.size(); ++i) out.push_back(std::make_shared<CafWorkerHandle>(actors[i], spec, envs[i]));
+    return out;
+  }
+
+ private:
+  RuntimeCore& core_;
+};
+}  // namespace
+
+}  // namespace hyflow::detail
+
+namespace hyflow {
+
+Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::RuntimeCore>(options)) {
+  register_colocated_worker_type();
+  core_->launcher = std::make_shared<detail::InProcessLauncher>(*core_);
+}
+
+Runtime::~Runtime() = default;
+
+WorkerLauncher& Runtime::launcher() { return *core_->launcher; }
+
+void Runtime::set_launcher(std::shared_ptr<WorkerLauncher> launcher) {
+  if (!launcher) throw ValueError("Runtime::set_launcher: null launcher");
+  core_->launcher = std::move(launcher);
+}
+
+void Runtime::keep_detached(const std::vector<WorkerRef>& workers) {
+  std::lock_guard lock(core_->mutex);
+  for (const auto& w : workers) core_->detached[w->env().name] = w;
+}
+
+WorkerRef Runtime::find_detached(const std::string& name) const {
+  std::lock_guard lock(core_->mutex);
+  auto it = core_->detached.find(name);
+  if (it == core_->detached.end()) {
+    std::string known;
+    for (const auto& [k, v] : core_->detached) known += (known.empty() ? "" : ", ") + k;
+    throw KeyError("no detached worker named '" + name + "' (known: " + (known.empty() ? "none" : known) + ")");
+  }
+  return it->second;
+}
+
+std::shared_ptr<detail::Transport> Runtime::connect(std::vector<WorkerRef> workers, bool owns_workers) {
+  return std::make_shared<detail::CafTransport>(core_, core_->system, std::move(workers), owns_workers);
+}
+
+}  // namespace hyflow

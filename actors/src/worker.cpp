@@ -1,0 +1,115 @@
+#include <hyflow/actors/worker.hpp>
+#include <hyflow/actors/worker_registry.hpp>
+#include <hyflow/parallel/process_group.hpp>
+
+#include <map>
+#include <mutex>
+
+namespace hyflow {
+
+Json WorkerEnv::to_json() const {
+  return Json{{"RANK", rank},
+              {"WORLD_SIZE", world_size},
+              {"LOCAL_RANK", local_rank},
+              {"LOCAL_WORLD_SIZE", local_world_size},
+              {"MASTER_ADDR", master_addr},
+              {"MASTER_PORT", master_port},
+              {"DEVICE", device},
+              {"NAME", name}};
+}
+
+WorkerEnv WorkerEnv::from_json(const Json& j) {
+  WorkerEnv e;
+  try {
+    e.rank = j.at("RANK").get<int>();
+    e.world_size = j.at("WORLD_SIZE").get<int>();
+    e.local_rank = j.at("LOCAL_RANK").get<int>();
+    e.local_world_size = j.at("LOCAL_WORLD_SIZE").get<int>();
+    e.master_addr = j.at("MASTER_ADDR").get<std::string>();
+    e.master_port = j.at("MASTER_PORT").get<int>();
+    e.device = j.at("DEVICE").get<std::string>();
+    e.name = j.at("NAME").get<std::string>();
+  } catch (const Json::exception& ex) {
+    throw FormatError(std::string("WorkerEnv: ") + ex.what() + " in " + j.dump());
+  }
+  return e;
+}
+
+namespace detail {
+namespace {
+thread_local const WorkerEnv* current_env = nullptr;
+}
+WorkerEnvScope::WorkerEnvScope(const WorkerEnv& env) : previous_(current_env) { current_env = &env; }
+WorkerEnvScope::~WorkerEnvScope() { current_env = previous_; }
+}  // namespace detail
+
+Worker::Worker() : env_(detail::current_env ? *detail::current_env : WorkerEnv{}) {}
+Worker::Worker(WorkerEnv env) : env_(std::move(env)) {}
+Worker::~Worker() = default;
+
+void Worker::register_dispatch_collect_info(const std::string& mesh, int64_t dp_rank, bool is_collect) {
+  if (meshes_.count(mesh))
+    throw ValueError("mesh '" + mesh + "' is already registered on rank " + std::to_string(rank()));
+  meshes_[mesh] = {dp_rank, is_collect};
+}
+
+int64_t Worker::query_dispatch_info(const std::string& mesh) const {
+  auto it = meshes_.find(mesh);
+  if (it == meshes_.end())
+    throw KeyError("mesh '" + mesh + "' is not registered on rank " + std::to_string(rank()) +
+                   " (call register_dispatch_collect_info first)");
+  return it->second.dp_rank;
+}
+
+bool Worker::query_collect_info(const std::string& mesh) const {
+  auto it = meshes_.find(mesh);
+  if (it == meshes_.end())
+    throw KeyError("mesh '" + mesh + "' is not registered on rank " + std::to_string(rank()) +
+                   " (call register_dispatch_collect_info first)");
+  return it->second.is_collect;
+}
+
+ProcessGroup& Worker::process_group() {
+  if (!process_group_) {
+    if (env_.master_port <= 0)
+      throw ValueError("rank " + std::to_string(rank()) + " has no MASTER_PORT: process groups need a worker group");
+    process_group_ = std::make_unique<ProcessGroup>(ProcessGroupOptions{
+        .rank = env_.rank, .world_size = env_.world_size, .master_addr = env_.master_addr,
+        .master_port = env_.master_port});
+  }
+  return *process_group_;
+}
+
+void Worker::exit_worker(const std::string& reason) { throw detail::WorkerExit{reason}; }
+
+namespace {
+struct FunctionRegistry {
+  std::mutex mutex;
+  std::map<std::string, WorkerFunction> functions;
+};
+FunctionRegistry& functions() {
+  static FunctionRegistry r;
+  return r;
+}
+}  // namespace
+
+void register_worker_function(const std::string& name, WorkerFunction fn) {
+  auto& reg = functions();
+  std::lock_guard lock(reg.mutex);
+  if (reg.functions.count(name)) throw ValueError("worker function '" + name + "' is already registered");
+  reg.functions[name] = std::move(fn);
+}
+
+DataProto Worker::execute_with_func_generator(const std::string& function, DataProto data) {
+  WorkerFunction fn;
+  {
+    auto& reg = functions();
+    std::lock_guard lock(reg.mutex);
+    auto it = reg.functions.find(function);
+    if (it == reg.functions.end()) throw KeyError("worker function '" + function + "' is not registered");
+    fn = it->second;
+  }
+  return fn(*this, std::move(data));
+}
+
+}  // namespace hyflow

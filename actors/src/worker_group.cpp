@@ -1,0 +1,265 @@
+// The call pipeline: dispatch -> execute -> await or future -> collect -> un-pad. Plain C++;
+// the transport (CAF) only carries per-rank calls and reports answers and failures.
+#include <hyflow/actors/colocated.hpp>
+#include <hyflow/actors/worker_group.hpp>
+#include <hyflow/parallel/process_group.hpp>
+
+#include <iostream>
+
+namespace hyflow {
+
+namespace detail {
+
+/// What every view of one set of workers shares.
+struct GroupCore {
+  std::shared_ptr<Transport> transport;
+  WorkerSpec spec;
+  std::vector<std::string> names;
+  std::string master_addr;
+  int master_port = 0;
+  WorkerGroupOptions options;
+  int world_size() const { return static_cast<int>(names.size()); }
+};
+
+/// One view: the whole group, or one role of a colocated bundle.
+struct GroupView : DispatchContext, std::enable_shared_from_this<GroupView> {
+  std::shared_ptr<GroupCore> core;
+  std::string type;
+  std::string prefix;      ///< "critic_" for a spawned view
+  std::string fused_role;  ///< set for fused views
+  std::shared_ptr<const MethodTableBase> table;
+  std::mutex mutex;
+  std::map<std::string, std::vector<int64_t>> dispatch_cache;
+  std::map<std::string, std::vector<bool>> collect_cache;
+  CallTiming timing;
+
+  int world_size() const override { return core->world_size(); }
+
+  const std::vector<int64_t>& dispatch_info(const std::string& mesh) override {
+    {
+      std::lock_guard lock(mutex);
+      if (auto it = dispatch_cache.find(mesh); it != dispatch_cache.end()) return it->second;
+    }
+    auto ranks = from_value<std::vector<int64_t>>(call("query_dispatch_info", {Value(Json(mesh))}, {}),
+                                                  "dispatch info of mesh '" + mesh + "'");
+    std::lock_guard lock(mutex);
+    return dispatch_cache.emplace(mesh, std::move(ranks)).first->second;
+  }
+
+  const std::vector<bool>& collect_info(const std::string& mesh) override {
+    {
+      std::lock_guard lock(mutex);
+      if (auto it = collect_cache.find(mesh); it != collect_cache.end()) return it->second;
+    }
+    auto flags = from_value<std::vector<bool>>(call("query_collect_info", {Value(Json(mesh))}, {}),
+                                               "collect info of mesh '" + mesh + "'");
+    std::lock_guard lock(mutex);
+    return collect_cache.emplace(mesh, std::move(flags)).first->second;
+  }
+
+  Value call(const std::string& method, std::vector<Value> args, const CallOptions& options);
+};
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
+
+std::string signature(const MethodEntry& e) {
+  std::string s = e.name + "(";
+  for (size_t i = 0; i < e.parameter_types.size(); ++i) s += (i ? ", " : "") + e.parameter_types[i];
+  return s + ") -> " + e.result_type;
+}
+
+/// Collect, pick the single result, un-pad: the tail of the pipeline.
+Value finish(DispatchContext& ctx, const DispatchFns& fns, const ExecuteMode& exec, std::vector<Value> outputs,
+             int64_t padding) {
+  Value result = exec.single_result ? std::move(outputs.front()) : fns.collect(ctx, std::move(outputs));
+  if (padding > 0 && result.is_dataproto()) result = Value(unpad_dataproto(result.dataproto(), padding));
+  return result;
+}
+}  // namespace
+
+Value GroupView::call(const std::string& method, std::vector<Value> args, const CallOptions& options) {
+  const auto t0 = Clock::now();
+  const MethodEntry& entry = table->at(method, type);
+  if (args.size() != entry.arity)
+    throw BindError("method '" + method + "' of worker type '" + type + "' takes " + std::to_string(entry.arity) +
+                    " argument(s), " + signature(entry) + ", got " + std::to_string(args.size()));
+  std::shared_ptr<const DispatchFns> fns =
+      entry.options.inline_dispatch ? entry.options.inline_dispatch : dispatch_mode(entry.options.dispatch);
+  if (!entry.options.inline_dispatch && entry.options.dispatch == Dispatch::DIRECT_ROLLOUT_METHOD)
+    throw NotSupportedError("method '" + method + "' is a DIRECT_ROLLOUT_METHOD: it cannot be called through a WorkerGroup");
+  auto exec = execute_mode(entry.options.execute);
+  // Generic futures are materialized here; DataProtoFutures travel to the workers.
+  for (auto& a : args)
+    if (a.is_value_future()) a = a.materialized();
+
+  Dispatched dispatched = fns->dispatch(*this, std::move(args));
+  const int ws = world_size();
+  if (static_cast<int>(dispatched.per_rank.size()) != ws)
+    throw ShapeError("dispatch of '" + method + "' produced " + std::to_string(dispatched.per_rank.size()) +
+                     " argument lists for world size " + std::to_string(ws));
+  std::vector<int> ranks = exec->ranks(ws);
+  std::vector<std::vector<Value>> per_rank;
+  per_rank.reserve(ranks.size());
+  for (int r : ranks) {
+    if (r < 0 || r >= ws)
+      throw ShapeError("execute mode '" + entry.options.execute + "' picked rank " + std::to_string(r) +
+                       " outside world size " + std::to_string(ws));
+    auto& a = dispatched.per_rank[static_cast<size_t>(r)];
+    if (!fused_role.empty()) {
+      per_rank.push_back({Value(Json(fused_role)), Value(Json(method)), Value(std::move(a))});
+    } else {
+      per_rank.push_back(std::move(a));
+    }
+  }
+  const std::string wire_name = fused_role.empty() ? prefix + method : std::string(kFusedExecuteMethod);
+  auto pending = std::make_shared<PendingCall>(wire_name, ranks, std::move(per_rank), ws);
+  auto deadline = options.deadline ? options.deadline : core->options.call_deadline;
+  if (deadline) pending->deadline = pending->start + *deadline;
+  pending->on_deadline = core->options.on_deadline;
+  const double dispatch_us = us_since(t0);
+
+  if (!entry.options.blocking) {
+    // The result is collected when the last rank answers (on the transport's thread).
+    const bool proto = fns->collects_dataproto || (exec->single_result && entry.returns_dataproto);
+    auto padding = dispatched.padding;
+    if (proto) {
+      auto promise = std::make_shared<std::promise<DataProto>>();
+      DataProtoFuture future({promise->get_future().share()});
+      pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+        try {
+          promise->set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()).dataproto());
+        } catch (...) {
+          promise->set_exception(std::current_exception());
+        }
+      };
+      core->transport->submit(pending);
+      return Value(std::move(future));
+    }
+    auto promise = std::make_shared<std::promise<Value>>();
+    auto future = ValueFuture::from(promise->get_future().share());
+    pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+      try {
+        promise->set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    };
+    core->transport->submit(pending);
+    return Value(std::move(future));
+  }
+
+  const auto t1 = Clock::now();
+  core->transport->submit(pending);
+  pending->wait();
+  const double execute_us = us_since(t1);
+  const auto t2 = Clock::now();
+  Value result = finish(*this, *fns, *exec, pending->take_outputs(), dispatched.padding->load());
+  std::lock_guard lock(mutex);
+  timing = CallTiming{method, dispatch_us, execute_us, us_since(t2), us_since(t0), pending->answer_us()};
+  return result;
+}
+
+}  // namespace detail
+
+namespace {
+std::shared_ptr<const MethodTableBase> table_for(const WorkerSpec& spec) {
+  return spec.type == kColocatedWorkerType ? colocated_table(spec) : worker_methods(spec.type);
+}
+}  // namespace
+
+WorkerGroup::WorkerGroup(std::shared_ptr<detail::GroupView> view) : view_(std::move(view)) {}
+
+WorkerGroup::WorkerGroup(Runtime& runtime, const ResourcePool& pool, WorkerSpec spec, WorkerGroupOptions options) {
+  auto core = std::make_shared<detail::GroupCore>();
+  core->spec = spec;
+  core->options = options;
+  core->master_addr = "127.0.0.1";
+  core->master_port = pick_free_port(core->master_addr);
+  auto envs = pool.place(options.name_prefix, spec.type == kColocatedWorkerType ? "Colocated" : spec.type,
+                         core->master_addr, core->master_port);
+  auto workers = runtime.launcher().launch(spec, envs);
+  for (const auto& w : workers) core->names.push_back(w->env().name);
+  if (options.detached) runtime.keep_detached(workers);
+  core->transport = runtime.connect(std::move(workers), !options.detached);
+  view_ = std::make_shared<detail::GroupView>();
+  view_->core = core;
+  view_->type = spec.type;
+  view_->table = table_for(spec);
+}
+
+WorkerGroup WorkerGroup::from_detached(Runtime& runtime, const std::vector<std::string>& worker_names,
+                                       WorkerGroupOptions options) {
+  if (worker_names.empty()) throw ValueError("from_detached: no worker names");
+  std::vector<WorkerRef> workers;
+  for (const auto& n : worker_names) workers.push_back(runtime.find_detached(n));
+  const auto& spec = workers.front()->spec();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i]->spec().type != spec.type)
+      throw ValueError("from_detached: worker '" + worker_names[i] + "' is a '" + workers[i]->spec().type +
+                       "', the first is a '" + spec.type + "'");
+    if (workers[i]->env().rank != static_cast<int>(i) || workers[i]->env().world_size != static_cast<int>(workers.size()))
+      throw ValueError("from_detached: worker '" + worker_names[i] + "' is rank " + std::to_string(workers[i]->env().rank) +
+                       " of " + std::to_string(workers[i]->env().world_size) + ", given as rank " + std::to_string(i) +
+                       " of " + std::to_string(workers.size()));
+  }
+  auto core = std::make_shared<detail::GroupCore>();
+  core->spec = spec;
+  core->options = options;
+  core->master_addr = workers.front()->env().master_addr;
+  core->master_port = workers.front()->env().master_port;
+  core->names = worker_names;
+  core->transport = runtime.connect(std::move(workers), /*owns_workers=*/false);
+  auto view = std::make_shared<detail::GroupView>();
+  view->core = core;
+  view->type = spec.type;
+  view->table = table_for(spec);
+  return WorkerGroup(std::move(view));
+}
+
+WorkerGroup::~WorkerGroup() = default;
+
+int WorkerGroup::world_size() const { return view_->world_size(); }
+const std::string& WorkerGroup::worker_type() const { return view_->type; }
+const MethodTableBase& WorkerGroup::methods() const { return *view_->table; }
+std::vector<std::string> WorkerGroup::worker_names() const { return view_->core->names; }
+const std::string& WorkerGroup::master_address() const { return view_->core->master_addr; }
+int WorkerGroup::master_port() const { return view_->core->master_port; }
+
+Value WorkerGroup::call_values(const std::string& method, std::vector<Value> args, const CallOptions& options) {
+  return view_->call(method, std::move(args), options);
+}
+
+CallTiming WorkerGroup::last_timing() const {
+  std::lock_guard lock(view_->mutex);
+  return view_->timing;
+}
+
+std::map<std::string, WorkerGroup> WorkerGroup::spawn(const std::vector<std::string>& roles, bool fused) const {
+  const auto bundle = colocated_roles(view_->core->spec);
+  std::map<std::string, WorkerGroup> out;
+  for (const auto& role : roles) {
+    auto it = std::find_if(bundle.begin(), bundle.end(), [&](const auto& p) { return p.first == role; });
+    if (it == bundle.end()) throw KeyError("spawn: the bundle has no role '" + role + "'");
+    auto view = std::make_shared<detail::GroupView>();
+    view->core = view_->core;
+    view->type = it->second.type;
+    view->prefix = role + "_";
+    if (fused) view->fused_role = role;
+    view->table = worker_methods(it->second.type);
+    if (!view->table) throw KeyError("spawn: role '" + role + "' has no method table");
+    out.emplace(role, WorkerGroup(std::move(view)));
+  }
+  return out;
+}
+
+void WorkerGroup::kill_worker(int rank) {
+  if (rank < 0 || rank >= world_size())
+    throw ValueError("kill_worker: rank " + std::to_string(rank) + " outside world size " + std::to_string(world_size()));
+  view_->core->transport->kill(rank);
+}
+
+bool WorkerGroup::alive(int rank) const { return view_->core->transport->alive(rank); }
+
+}  // namespace hyflow
