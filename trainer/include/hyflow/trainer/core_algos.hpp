@@ -100,7 +100,8 @@ AdvantageOutput compute_grpo_outcome_advantage(const at::Tensor& token_level_rew
                                                const std::vector<std::string>& index, double epsilon = 1e-6,
                                                bool norm_adv_by_std_in_grpo = true);
 
-/// GRPO through float32 scatter statistics (verl's group_mean_std with eps=0).
+/// GRPO through float32 scatter statistics (verl's group_mean_std): variance floored at ε
+/// before the square root, ε added to σ in float32.
 AdvantageOutput compute_grpo_vectorized_outcome_advantage(const at::Tensor& token_level_rewards,
                                                           const at::Tensor& response_mask,
                                                           const std::vector<std::string>& index,
