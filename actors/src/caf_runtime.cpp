@@ -265,7 +265,7 @@ class CafTransport : public Transport {
       names.push_back(w->env().name);
     }
     for (auto& a : *alive_) a = true;
-    collector_ = sys.spawn(collector_behavior, std::move(actors), std::move(names), alive_);
+    collector_ = sys.spawn<caf::detached>(collector_behavior, std::move(actors), std::move(names), alive_);
   }
   ~CafTransport() override {
     caf::anon_send_exit(collector_, caf::exit_reason::user_shutdown);
