@@ -24,8 +24,9 @@ void check_prompts(const DataProto& prompts, const GenerationOptions& options) {
 
 }  // namespace
 
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
-  check_prompts(prompts, options);
+namespace {
+
+DataProto generate_inference(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   const auto& config = model->config();
   const auto eos_ids = options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids;
   const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
@@ -34,7 +35,6 @@ DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOp
   ops::validate(sampling);
   const double logprob_temperature = sampling.is_greedy() ? 1.0 : sampling.temperature;
 
-  torch::NoGradGuard no_grad;
   auto prompt_ids = prompts.batch.at("input_ids").to(at::kLong);
   auto prompt_mask = prompts.batch.at("attention_mask").to(at::kLong);
   auto prompt_pos = prompts.batch.contains("position_ids") ? prompts.batch.at("position_ids").to(at::kLong)
@@ -44,7 +44,8 @@ DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOp
 
   // Prefill once per prompt, then give each of the n samples its own copy of the cache.
   KVCache cache(config, B, P + R, param.options());
-  auto logits = model(prompt_ids, prompt_mask, prompt_pos, &cache).select(1, P - 1);  // (B, V)
+  // Only the last prompt position's logits are needed: (B, P, d) -> (B, d) -> (B, V).
+  auto logits = model->logits(model->model(prompt_ids, prompt_mask, prompt_pos, &cache).select(1, P - 1), &cache);
   if (options.n > 1) {
     cache.repeat_interleave(options.n);
     logits = logits.repeat_interleave(options.n, 0);
@@ -94,6 +95,22 @@ DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOp
                   .non_tensor_batch;
   }
   return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+}
+
+}  // namespace
+
+DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+  check_prompts(prompts, options);
+  DataProto out;
+  {
+    // Inference mode skips autograd and version-counter bookkeeping on every op of the loop.
+    c10::InferenceMode inference;
+    out = generate_inference(model, prompts, options);
+  }
+  // Tensors made in inference mode cannot enter autograd later (the actor's update embeds
+  // these ids): hand back ordinary copies.
+  for (const auto& key : out.batch.keys()) out.batch.set(key, out.batch.at(key).clone());
+  return out;
 }
 
 }  // namespace hyflow::models

@@ -37,6 +37,12 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
 
 void KVCache::advance(int64_t steps) { length_ += steps; }
 
+const at::Tensor& KVCache::packed_weight(const void* layer, const at::Tensor& weight) {
+  auto it = packed_.find(layer);
+  if (it == packed_.end()) it = packed_.emplace(layer, weight.to_mkldnn()).first;
+  return it->second;
+}
+
 void KVCache::repeat_interleave(int64_t n) {
   if (n == 1) return;
   for (auto* list : {&keys_, &values_}) {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <limits>
 
 namespace hyflow::models {
@@ -58,7 +59,71 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
+std::atomic<bool> g_onednn_linear{true};
+
+bool use_onednn(const at::Tensor& x) {
+  return g_onednn_linear.load(std::memory_order_relaxed) && at::hasMKLDNN() && x.device().is_cpu() &&
+         x.scalar_type() == at::kFloat;
+}
+
+// a (N, in) @ b (out, in)^T [+ bias] through oneDNN's inner product -> dense (N, out).
+at::Tensor onednn_inner_product(const at::Tensor& a, const at::Tensor& b_packed, const at::Tensor& bias) {
+  return at::mkldnn_linear(a.contiguous().to_mkldnn(), b_packed,
+                           bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
+      .to_dense();
+}
+
+// Linear with oneDNN in forward and backward (LibTorch 1.13 has no autograd through
+// oneDNN tensors, so the three products are spelled out): y = x W^T + b,
+// dx = dy W, dW = dy^T x, db = sum dy.
+struct OneDnnLinear : torch::autograd::Function<OneDnnLinear> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor weight,
+                            at::Tensor bias) {
+    // `bias` is an empty tensor for bias-free layers: autograd inputs must be defined.
+    const bool has_bias = bias.numel() > 0;
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["has_bias"] = has_bias;
+    return onednn_inner_product(x, weight.contiguous().to_mkldnn(), has_bias ? bias : at::Tensor());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    auto dy = grads[0].contiguous();  // (N, out)
+    auto dx = onednn_inner_product(dy, weight.t().contiguous().to_mkldnn(), {});
+    auto dw = onednn_inner_product(dy.t(), x.t().contiguous().to_mkldnn(), {});
+    auto db = ctx->saved_data["has_bias"].toBool() ? dy.sum(0) : at::Tensor();
+    return {dx, dw, db};
+  }
+};
+
+// x (..., in) @ weight (out, in)^T + bias -> (..., out). On CPU float32 the product runs on
+// oneDNN (see set_onednn_linear); cached inference reuses the cache's packed weights.
+at::Tensor linear_forward(const void* key, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
+                          KVCache* cache) {
+  if (!use_onednn(x)) return F::linear(x, weight, bias);
+  auto flat = x.reshape({-1, x.size(-1)});  // (N, in)
+  at::Tensor y;
+  if (cache != nullptr && c10::InferenceMode::is_enabled()) {
+    y = onednn_inner_product(flat, cache->packed_weight(key, weight), bias);
+  } else {
+    y = OneDnnLinear::apply(flat, weight, bias.defined() ? bias : at::empty({0}, weight.options()));
+  }
+  auto shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return y.view(shape);
+}
+
+at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, KVCache* cache) {
+  return linear_forward(layer.get(), layer->weight, layer->bias, x, cache);
+}
+
 }  // namespace
+
+void set_onednn_linear(bool enabled) { g_onednn_linear.store(enabled); }
+bool onednn_linear_enabled() { return g_onednn_linear.load(); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : num_heads_(c.num_attention_heads), num_kv_heads_(c.num_key_value_heads), head_dim_(c.resolved_head_dim()) {
@@ -72,9 +137,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
                                   const at::Tensor& blocked, KVCache* cache, int64_t layer) {
   const int64_t B = x.size(0), T = x.size(1), G = num_heads_ / num_kv_heads_;
   // (B, T, H*D) -> (B, T, H, D) -> (B, H, T, D)
-  auto q = q_proj(x).view({B, T, num_heads_, head_dim_}).transpose(1, 2);
-  auto k = k_proj(x).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
-  auto v = v_proj(x).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto q = project(q_proj, x, cache).view({B, T, num_heads_, head_dim_}).transpose(1, 2);
+  auto k = project(k_proj, x, cache).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = project(v_proj, x, cache).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
   if (cache != nullptr) std::tie(k, v) = cache->append(layer, k, v);  // (B, H_kv, S, D)
@@ -89,7 +154,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto out = torch::matmul(probs.view({B, num_kv_heads_, G * T, S}), v);  // (B, H_kv, G*T, D)
   // (B, H, T, D) -> (B, T, H*D)
   out = out.view({B, num_heads_, T, head_dim_}).transpose(1, 2).reshape({B, T, num_heads_ * head_dim_});
-  return o_proj(out);
+  return project(o_proj, out, cache);
 }
 
 // ---- MLP -------------------------------------------------------------------------------
@@ -99,7 +164,9 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
   down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
-at::Tensor MLPImpl::forward(const at::Tensor& x) { return down_proj(F::silu(gate_proj(x)) * up_proj(x)); }
+at::Tensor MLPImpl::forward(const at::Tensor& x, KVCache* cache) {
+  return project(down_proj, F::silu(project(gate_proj, x, cache)) * project(up_proj, x, cache), cache);
+}
 
 // ---- decoder layer ---------------------------------------------------------------------
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
@@ -112,7 +179,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& blocked, KVCache* cache, int64_t layer) {
   auto h = x + self_attn(input_layernorm(x), cos, sin, blocked, cache, layer);
-  return h + mlp(post_attention_layernorm(h));
+  return h + mlp(post_attention_layernorm(h), cache);
 }
 
 namespace {
@@ -227,14 +294,14 @@ CausalLMImpl::CausalLMImpl(ModelConfig config) : config_(std::move(config)) {
   init_weights(*this, config_.initializer_range);
 }
 
-at::Tensor CausalLMImpl::logits(const at::Tensor& hidden) const {
-  const auto& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;
-  return F::linear(hidden, weight);
+at::Tensor CausalLMImpl::logits(const at::Tensor& hidden, KVCache* cache) const {
+  if (lm_head) return linear_forward(lm_head.get(), lm_head->weight, {}, hidden, cache);
+  return linear_forward(model->embed_tokens.get(), model->embed_tokens->weight, {}, hidden, cache);
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                  const at::Tensor& position_ids, KVCache* cache) {
-  return logits(model(input_ids, attention_mask, position_ids, cache));
+  return logits(model(input_ids, attention_mask, position_ids, cache), cache);
 }
 
 ValueModelImpl::ValueModelImpl(ModelConfig config) : config_(std::move(config)) {

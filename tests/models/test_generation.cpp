@@ -164,3 +164,24 @@ TEST_CASE("generate rejects prompts without a mask and bad lengths") {
   CHECK_THROWS_WITH(generate(model, prompt_batch({{1, 2}}), GenerationOptions{.max_new_tokens = 0}),
                     Catch::Contains("max_new_tokens"));
 }
+
+TEST_CASE("generation with oneDNN linears matches plain nn::Linear") {
+  torch::manual_seed(17);
+  CausalLM model(small_config());
+  GenerationOptions opts{.max_new_tokens = 8, .do_sample = false, .return_log_probs = true};
+  set_onednn_linear(false);
+  auto plain = generate(model, prompt_batch(kPrompts), opts);
+  set_onednn_linear(true);
+  auto fast = generate(model, prompt_batch(kPrompts), opts);
+  CHECK(torch::equal(plain.batch["responses"], fast.batch["responses"]));
+  CHECK(torch::allclose(plain.batch["rollout_log_probs"], fast.batch["rollout_log_probs"], 1e-4, 1e-5));
+}
+
+TEST_CASE("rollout tensors can feed a training forward (no inference-mode tensors leak)") {
+  torch::manual_seed(18);
+  CausalLM model(small_config());
+  auto out = generate(model, prompt_batch(kPrompts), GenerationOptions{.max_new_tokens = 4, .do_sample = false});
+  auto scores = compute_response_scores(model, out);
+  scores.log_probs.sum().backward();
+  CHECK(model->model->embed_tokens->weight.grad().defined());
+}

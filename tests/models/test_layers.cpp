@@ -178,3 +178,23 @@ TEST_CASE("config validation names the offending field") {
   c.num_key_value_heads = 3;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("num_key_value_heads"));
 }
+
+TEST_CASE("oneDNN linears give the logits and gradients of plain nn::Linear") {
+  torch::manual_seed(7);
+  CausalLM model(small_config(false));
+  auto ids = torch::randint(37, {2, 6});
+  auto run = [&](bool onednn) {
+    set_onednn_linear(onednn);
+    model->zero_grad();
+    auto logits = model(ids);
+    (logits * logits).mean().backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    set_onednn_linear(true);
+    return std::make_pair(logits.detach(), grads);
+  };
+  auto [fast_logits, fast_grads] = run(true);
+  auto [plain_logits, plain_grads] = run(false);
+  CHECK(torch::allclose(fast_logits, plain_logits, 1e-4, 1e-5));
+  for (size_t i = 0; i < fast_grads.size(); ++i) CHECK(torch::allclose(fast_grads[i], plain_grads[i], 1e-4, 1e-6));
+}

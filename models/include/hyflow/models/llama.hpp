@@ -58,7 +58,7 @@ TORCH_MODULE(Attention);
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x, KVCache* cache = nullptr);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
@@ -109,7 +109,8 @@ class CausalLMImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
                      const at::Tensor& position_ids = {}, KVCache* cache = nullptr);
   /// Hidden states (B, T, d) -> logits (B, T, V) (tied embeddings use embed_tokens).
-  at::Tensor logits(const at::Tensor& hidden) const;
+  /// With a cache, inference may use its packed weights (see set_onednn_inference).
+  at::Tensor logits(const at::Tensor& hidden, KVCache* cache = nullptr) const;
   const ModelConfig& config() const { return config_; }
 
   Transformer model{nullptr};
@@ -137,6 +138,14 @@ class ValueModelImpl : public torch::nn::Module {
   ModelConfig config_;
 };
 TORCH_MODULE(ValueModel);
+
+/// Linear layers in float32 on CPU run on oneDNN's inner product (forward and backward;
+/// KV-cached generation packs each weight once per generate call) when LibTorch has
+/// oneDNN. Debian's LibTorch 1.13 runs float32 GEMM on the reference BLAS, 4-20x slower at
+/// these shapes. On by default; off gives plain nn::Linear (torch::nn::functional::linear).
+/// Process-wide switch.
+void set_onednn_linear(bool enabled);
+bool onednn_linear_enabled();
 
 /// verl's position ids for a padding mask: clip(cumsum(mask, -1) - 1, 0).
 at::Tensor position_ids_from_mask(const at::Tensor& attention_mask);
