@@ -185,3 +185,15 @@ TEST_CASE("rollout tensors can feed a training forward (no inference-mode tensor
   scores.log_probs.sum().backward();
   CHECK(model->model->embed_tokens->weight.grad().defined());
 }
+
+TEST_CASE("a bf16 model generates with float32 rollout log-probs") {
+  torch::manual_seed(19);
+  CausalLM model(small_config());
+  model->to(torch::kBFloat16);
+  auto out = generate(model, prompt_batch(kPrompts),
+                      GenerationOptions{.max_new_tokens = 5, .sampling = {.top_k = 5}, .seed = 1, .return_log_probs = true});
+  CHECK(out.batch["responses"].sizes() == torch::IntArrayRef({3, 5}));
+  CHECK(out.batch["rollout_log_probs"].scalar_type() == torch::kFloat);
+  CHECK(out.batch["rollout_log_probs"].isfinite().all().item<bool>());
+  CHECK((out.batch["rollout_log_probs"] <= 0).all().item<bool>());
+}

@@ -117,3 +117,19 @@ TEST_CASE("prompts are left-padded with verl's position ids") {
   CHECK(torch::equal(batch.batch["position_ids"][0], torch::tensor({0, 0, 0, 1, 2, 3})));
   CHECK_THROWS_WITH(encode_prompts(tok, {"1+1="}, 2), Catch::Contains("4 tokens"));
 }
+
+TEST_CASE("the Llama 3 split pattern groups up to three digits per piece") {
+  std::ifstream in(kData / "qwen2_5" / "tokenizer.json");
+  auto j = nlohmann::json::parse(in);
+  auto& pattern = j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"];
+  auto text = pattern.get<std::string>();
+  const auto at = text.find("\\p{N}|");
+  REQUIRE(at != std::string::npos);
+  pattern = text.replace(at, 6, "\\p{N}{1,3}|");
+  BpeTokenizer llama3_split(j, "llama3-style");
+  using V = std::vector<std::string>;
+  CHECK(llama3_split.pre_tokenize("x1234567") == V{"x", "123", "456", "7"});
+  CHECK(llama3_split.decode(llama3_split.encode("year 2024: 10000 items")) == "year 2024: 10000 items");
+  pattern = "\\w+";
+  CHECK_THROWS_WITH(BpeTokenizer(j, "custom"), Catch::Contains("pre_tokenizer"));
+}
