@@ -198,3 +198,24 @@ TEST_CASE("oneDNN linears give the logits and gradients of plain nn::Linear") {
   CHECK(torch::allclose(fast_logits, plain_logits, 1e-4, 1e-5));
   for (size_t i = 0; i < fast_grads.size(); ++i) CHECK(torch::allclose(fast_grads[i], plain_grads[i], 1e-4, 1e-6));
 }
+
+TEST_CASE("left or right padding leaves the logits of real tokens unchanged") {
+  torch::manual_seed(8);
+  CausalLM model(small_config());
+  torch::NoGradGuard g;
+  auto real = torch::tensor({{4, 9, 16, 25}});
+  auto alone = model(real);  // (1, 4, V)
+  SECTION("right padding") {
+    auto ids = torch::tensor({{4, 9, 16, 25, 0, 0}});
+    auto mask = torch::tensor({{1, 1, 1, 1, 0, 0}});
+    auto padded = model(ids, mask);
+    CHECK(torch::allclose(padded.narrow(1, 0, 4), alone, 1e-4, 1e-5));
+  }
+  SECTION("left padding with verl's position ids") {
+    auto ids = torch::tensor({{0, 0, 0, 4, 9, 16, 25}});
+    auto mask = torch::tensor({{0, 0, 0, 1, 1, 1, 1}});
+    auto padded = model(ids, mask, position_ids_from_mask(mask));
+    CHECK(torch::allclose(padded.narrow(1, 3, 4), alone, 1e-4, 1e-5));
+    CHECK(padded.isfinite().all().item<bool>());  // padding queries see no key: finite, not NaN
+  }
+}
