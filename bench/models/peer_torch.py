@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench_models: the same Llama/Qwen2 decoder (RMSNorm, rotary, GQA,
+"""PyTorch peer of models_bench: the same Llama/Qwen2 decoder (RMSNorm, rotary, GQA,
 SwiGLU, optional QKV bias, tied embeddings), the same preallocated KV-cache greedy loop and
 the same training step (forward, next-token cross-entropy, backward, AdamW), on random
-weights. Prints one JSON object per measurement; bench_models runs it in the same run.
+weights. Prints one JSON object per measurement; models_bench runs it in the same run.
 
 Usage: python3 peer_torch.py --case tiny|50m --threads 2 --gen-batch 8 --prompt-len 16
        --new-tokens 32 --train-batch 8 --train-len 128 --repeats 3"""
@@ -120,7 +120,7 @@ def generate_greedy(model, ids, mask, new_tokens):
     full_mask = torch.cat((mask, torch.ones(B, new_tokens, dtype=mask.dtype)), 1)
     last = positions[:, -1]
     finished = torch.zeros(B, dtype=torch.bool)
-    eos = torch.tensor([-1])  # never produced: every row runs to new_tokens, as in bench_models
+    eos = torch.tensor([-1])  # never produced: every row runs to new_tokens, as in models_bench
     out = []
     for step in range(new_tokens):
         tok = logits.argmax(-1).masked_fill(finished, 0)

@@ -2,7 +2,7 @@
 // against the PyTorch peer (peer_torch.py: the same model, KV-cache loop and step) run as a
 // subprocess in the same run. One JSON object per figure on stdout.
 //
-// Usage: bench_models [--threads N] [--python /usr/bin/python3] [--case tiny|50m] [--quick]
+// Usage: models_bench [--threads N] [--python /usr/bin/python3] [--case tiny|50m] [--quick]
 
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/llama.hpp>
@@ -48,13 +48,13 @@ std::map<std::string, double> run_peer(const std::string& python, const Case& c,
                           " --train-len " + std::to_string(c.train_len) + " --repeats " + std::to_string(c.repeats);
   std::map<std::string, double> out;
   FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) throw std::runtime_error("bench_models: cannot run " + cmd);
+  if (!pipe) throw std::runtime_error("models_bench: cannot run " + cmd);
   char line[4096];
   while (fgets(line, sizeof line, pipe)) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("what")) out[j["what"].get<std::string>()] = j["tokens_per_s"].get<double>();
   }
-  if (pclose(pipe) != 0 || out.size() != 2) throw std::runtime_error("bench_models: peer failed: " + cmd);
+  if (pclose(pipe) != 0 || out.size() != 2) throw std::runtime_error("models_bench: peer failed: " + cmd);
   return out;
 }
 
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     } else if (a == "--quick") {
       quick = true;
     } else {
-      std::cerr << "usage: bench_models [--threads N] [--python PATH] [--case tiny|50m] [--quick]\n";
+      std::cerr << "usage: models_bench [--threads N] [--python PATH] [--case tiny|50m] [--quick]\n";
       return 2;
     }
   }
