@@ -234,14 +234,19 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
           }
           self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method,
                         std::move(call->args[i]))
-              .then([call, i](Value& v) { call->deliver(i, std::move(v)); },
-                    [self, call, i, rank](caf::error& e) {
-                      call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
-                    });
+              .then(
+                  [self, id, call, i](Value& v) {
+                    call->deliver(i, std::move(v));
+                    if (call->done()) self->state.calls.erase(id);
+                  },
+                  [self, id, call, i, rank](caf::error& e) {
+                    call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
+                    if (call->done()) self->state.calls.erase(id);
+                  });
         }
         call->args.clear();
-        if (call->deadline) arm_tick(self);
-        if (st.calls.size() > 64) forget_done(st);
+        if (call->done()) st.calls.erase(id);  // every rank was dead already
+        else if (call->deadline) arm_tick(self);
       },
       [=](tick_atom) {
         self->state.tick_armed = false;

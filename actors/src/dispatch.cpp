@@ -260,6 +260,9 @@ std::shared_ptr<const ExecuteMode> execute_mode(const std::string& name) {
 std::shared_ptr<const DispatchFns> make_nd_compute_dataproto_dispatch_fn(const std::string& mesh) {
   auto dispatch = [mesh](DispatchContext& ctx, std::vector<Value> args) {
     const auto& dp_rank = ctx.dispatch_info(mesh);  // lazy: queried once per group, then cached
+    // Warm the collect cache too: a non-blocking call collects on the transport's thread,
+    // which must not issue a call of its own.
+    ctx.collect_info(mesh);
     if (static_cast<int>(dp_rank.size()) != ctx.world_size())
       throw ShapeError("nd dispatch for mesh '" + mesh + "': " + std::to_string(dp_rank.size()) +
                        " dispatch entries for world size " + std::to_string(ctx.world_size()));

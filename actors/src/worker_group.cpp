@@ -172,6 +172,7 @@ std::shared_ptr<const MethodTableBase> table_for(const WorkerSpec& spec) {
 WorkerGroup::WorkerGroup(std::shared_ptr<detail::GroupView> view) : view_(std::move(view)) {}
 
 WorkerGroup::WorkerGroup(Runtime& runtime, const ResourcePool& pool, WorkerSpec spec, WorkerGroupOptions options) {
+  auto table = table_for(spec);  // an unknown type fails here, before anything is launched
   auto core = std::make_shared<detail::GroupCore>();
   core->spec = spec;
   core->options = options;
@@ -186,7 +187,7 @@ WorkerGroup::WorkerGroup(Runtime& runtime, const ResourcePool& pool, WorkerSpec 
   view_ = std::make_shared<detail::GroupView>();
   view_->core = core;
   view_->type = spec.type;
-  view_->table = table_for(spec);
+  view_->table = std::move(table);
 }
 
 WorkerGroup WorkerGroup::from_detached(Runtime& runtime, const std::vector<std::string>& worker_names,

@@ -147,12 +147,12 @@ TEST_CASE("nd-compute dispatch sends chunk dp_rank[r] to rank r and collects fla
   auto batch = make_batch(4);
   auto d = fns->dispatch(ctx, {Value(batch)});
   CHECK(ctx.dispatch_queries == 1);
+  CHECK(ctx.collect_queries == 1);  // warmed during dispatch (non-blocking collects must not query)
   CHECK(torch::equal(d.per_rank[1][0].dataproto().batch.at("x"), d.per_rank[0][0].dataproto().batch.at("x")));
   CHECK(d.per_rank[2][0].dataproto().batch.at("x")[0][0].item<float>() == 6.f);
   auto outputs = run_workers(d, [](int, const std::vector<Value>& a) { return a[0]; });
   auto out = fns->collect(ctx, outputs).dataproto();
   CHECK(torch::equal(out.batch.at("x"), batch.batch.at("x")));
-  CHECK(ctx.collect_queries == 1);
 }
 
 TEST_CASE("registered dispatch modes can be used, updated, and not registered twice") {

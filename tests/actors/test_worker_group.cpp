@@ -287,6 +287,11 @@ TEST_CASE("a throwing method surfaces once, naming method, rank and message; the
   CHECK(ok == std::vector<int>{0, 1, 2});
 }
 
+TEST_CASE("an unknown worker type fails before launching, listing the registered types") {
+  CHECK_THROWS_WITH(WorkerGroup(runtime(), ResourcePool({2}), WorkerSpec{"NoSuchWorker", Json::object()}),
+                    Catch::Contains("'NoSuchWorker'") && Catch::Contains("EchoWorker"));
+}
+
 TEST_CASE("a constructor failure names the rank") {
   CHECK_THROWS_WITH(echo_group(3, {{"fail_on_rank", 2}}),
                     Catch::Contains("rank 2") && Catch::Contains("refusing to start"));
