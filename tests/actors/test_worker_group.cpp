@@ -170,6 +170,21 @@ TEST_CASE("nd-compute dispatch sends dp chunks by mesh rank and keeps outputs of
   CHECK_THROWS_AS(wg.call(&EchoWorker::nd_double_x, make_batch(5)), ShapeError);  // no auto-padding
 }
 
+TEST_CASE("a non-blocking nd-compute call collects on the flagged ranks without calling back into the group") {
+  auto wg = echo_group(4);
+  wg.call("register_mesh", "train", 2);
+  DataProtoFuture f = wg.call(&EchoWorker::nd_double_x_async, make_batch(8));
+  REQUIRE(f.wait_for(std::chrono::milliseconds(5000)));
+  CHECK(torch::equal(f.get().batch.at("x"), make_batch(8).batch.at("x") * 2));
+}
+
+TEST_CASE("with materialize_futures off a method receives the DataProtoFuture itself") {
+  auto wg = echo_group(2);
+  DataProtoFuture pending = wg.call(&EchoWorker::plus_one, padded_batch(3));
+  std::vector<int64_t> rows = wg.call(&EchoWorker::future_rows, pending);
+  CHECK(rows == std::vector<int64_t>{3, 3});
+}
+
 TEST_CASE("a member registered under two names must be called by name") {
   auto wg = echo_group(1);
   CHECK_THROWS_WITH(wg.call(&EchoWorker::add_rank, 1), Catch::Contains("several names") && Catch::Contains("'add_rank_dp'"));

@@ -33,6 +33,9 @@ class EchoWorker : public hyflow::Worker {
     return out;
   }
   DataProto nd_double_x(DataProto batch) { return double_x(std::move(batch)); }
+  DataProto nd_double_x_async(DataProto batch) { return double_x(std::move(batch)); }
+  // materialize_futures = false: the future itself arrives.
+  int64_t future_rows(hyflow::DataProtoFuture f) { return f.get().size(); }
   // ONE_TO_ALL / ALL_TO_ALL / DP_COMPUTE: plain values.
   int add_rank(int x) { return x + rank() + offset_; }
   std::string whoami() const { return "rank " + std::to_string(rank()) + "/" + std::to_string(world_size()); }
@@ -108,6 +111,9 @@ class EchoWorker : public hyflow::Worker {
     t.add("register_mesh", &EchoWorker::register_mesh, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("nd_double_x", &EchoWorker::nd_double_x,
           {.inline_dispatch = hyflow::make_nd_compute_dataproto_dispatch_fn("train")});
+    t.add("nd_double_x_async", &EchoWorker::nd_double_x_async,
+          {.blocking = false, .inline_dispatch = hyflow::make_nd_compute_dataproto_dispatch_fn("train")});
+    t.add("future_rows", &EchoWorker::future_rows, {.dispatch = Dispatch::ONE_TO_ALL, .materialize_futures = false});
     t.add("generate", &EchoWorker::generate, {.dispatch = Dispatch::DIRECT_ROLLOUT_METHOD});
   }
 
