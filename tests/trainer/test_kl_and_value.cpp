@@ -112,3 +112,26 @@ TEST_CASE("entropy loss aggregates token entropies over the mask") {
   auto loss = compute_entropy_loss(logits, i64({{1, 0}}));
   REQUIRE(scalar(loss) == Approx(std::log(4.0)).margin(1e-12));
 }
+
+TEST_CASE("PF-PPO resampling follows the score weights, rows, columns and per-row meta_info") {
+  torch::manual_seed(7);
+  hyflow::DataProto data(hyflow::TensorDict{{"token_level_scores", f64({{0, 0}, {0, 0}, {1, 2}})}});
+  data.non_tensor_batch["uid"] = hyflow::Column{"a", "b", "c"};
+  data.meta_info = {{"temperature", 1.0}, {"per_row", {10, 20, 30}}};
+  // pow: weights {1e-8, 1e-8, 9 + 1e-8}: every draw picks row 2
+  auto out = compute_pf_ppo_reweight_data(data, "pow", 2.0);
+  REQUIRE(out.size() == 3);
+  require_close(out.batch.at("token_level_scores"), f64({{1, 2}, {1, 2}, {1, 2}}));
+  REQUIRE(out.non_tensor_batch.at("uid") == hyflow::Column{"c", "c", "c"});
+  REQUIRE(out.meta_info["per_row"] == hyflow::Json({30, 30, 30}));
+  REQUIRE(out.meta_info["temperature"] == 1.0);
+
+  // max_min: the middle score 3 has weight 1e-8 and is never drawn
+  hyflow::DataProto four(hyflow::TensorDict{{"token_level_scores", hyflow::test::col({1, 5, 3, 5})}});
+  for (int round = 0; round < 5; ++round) {
+    auto drawn = compute_pf_ppo_reweight_data(four, "max_min").batch.at("token_level_scores");
+    REQUIRE((drawn != 3).all().item<bool>());
+  }
+  REQUIRE(compute_pf_ppo_reweight_data(four, "max_random").size() == 4);
+  REQUIRE_THROWS_AS(compute_pf_ppo_reweight_data(four, "min_max"), hyflow::ValueError);
+}

@@ -190,6 +190,14 @@ void register_adv_est(const std::string& name, AdvEstimatorFn fn, bool overwrite
 AdvEstimatorFn get_adv_estimator_fn(const std::string& name);
 std::vector<std::string> registered_adv_estimators();
 
+/// PF-PPO: resamples the batch's rows with replacement (torch::multinomial, torch's global
+/// generator) with weights from s = Σ_t token_level_scores: "pow" |s|^weight_pow, "max_min"
+/// 1 at the max or min score else 0, "max_random" 0.4 at the max else 0.1; each weight gets
+/// + 1e-8. Tensors, non-tensor columns and meta_info lists of batch length are resampled.
+/// Other methods: hyflow::ValueError.
+DataProto compute_pf_ppo_reweight_data(const DataProto& data, const std::string& reweight_method = "pow",
+                                       double weight_pow = 2.0);
+
 // ---------------------------------------------------------------------------------------
 // Loss aggregation, policy losses, value and entropy losses
 // ---------------------------------------------------------------------------------------
