@@ -1,0 +1,55 @@
+// Value on the wire: what a remote worker call would carry (CAF binary serialization).
+#include <hyflow/actors/caf_inspect.hpp>
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+using namespace hyflow;
+
+namespace {
+Value round_trip(caf::actor_system& sys, Value v) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  if (auto err = sink(v)) throw Error("serialize: " + sys.render(err));
+  caf::binary_deserializer source{sys, buf};
+  Value out;
+  if (auto err = source(out)) throw Error("deserialize: " + sys.render(err));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a list of DataProto, JSON and none survives CAF binary serialization") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  DataProto batch(TensorDict{{"x", torch::arange(6, torch::kFloat32).reshape({2, 3})}});
+  batch.meta_info["step"] = 3;
+  Value v(Value::List{Value(batch), Value(Json{{"lr", 0.5}, {"tags", {"a", "b"}}}), Value()});
+  Value back = round_trip(sys, v);
+  REQUIRE(back.is_list());
+  REQUIRE(back.list().size() == 3);
+  CHECK(torch::equal(back.list()[0].dataproto().batch.at("x"), batch.batch.at("x")));
+  CHECK(back.list()[0].dataproto().meta_info["step"] == 3);
+  CHECK(back.list()[1].json()["tags"][1] == "b");
+  CHECK(back.list()[2].is_none());
+}
+
+TEST_CASE("a future refuses to be serialized, with a message saying so") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Value f(DataProtoFuture::ready(DataProto()));
+  CHECK_THROWS_WITH(round_trip(sys, f), Catch::Contains("cannot be sent to another process"));
+}
+
+TEST_CASE("a truncated Value is an error, not a crash") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  Value v(Json{{"k", std::string(100, 'x')}});
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(v));
+  buf.resize(buf.size() / 2);
+  caf::binary_deserializer source{sys, buf};
+  Value out;
+  CHECK(static_cast<bool>(source(out)));
+}
