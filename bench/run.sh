@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark (executables named *_bench under <build>/bench) and writes their JSON
+# Runs every benchmark (each executable under <build>/bench) and writes their JSON
 # lines to bench/results.jsonl (one object per figure, design brief §5).
 # Usage: bench/run.sh [build-dir]      (builds first if needed; default build/)
 set -euo pipefail
@@ -14,8 +14,8 @@ while IFS= read -r b; do
   found=1
   echo "bench/run.sh: $b" >&2
   "$b" | tee -a "$tmp"
-done < <(find "$build/bench" -type f -executable -name '*_bench' | sort)
-[ "$found" = 1 ] || { echo "bench/run.sh: no *_bench executables under $build/bench" >&2; exit 1; }
+done < <(find "$build/bench" -type f -executable -not -path '*/CMakeFiles/*' | sort)
+[ "$found" = 1 ] || { echo "bench/run.sh: no benchmark executables under $build/bench" >&2; exit 1; }
 {
   echo "{\"bench\": \"_meta\", \"host\": \"$(hostname)\", \"cores\": $(nproc), \"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}"
   cat "$tmp"
