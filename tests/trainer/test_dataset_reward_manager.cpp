@@ -1,0 +1,197 @@
+// Datasets (JSONL, built-in arithmetic task, padding/truncation) and reward managers.
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/models/char_tokenizer.hpp>
+#include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/reward_manager.hpp>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace hyflow;
+using namespace hyflow::trainer;
+
+namespace {
+std::shared_ptr<const models::Tokenizer> char_tok() { return std::make_shared<models::CharTokenizer>(); }
+
+std::string write_file(const std::string& text) {
+  static int n = 0;
+  auto path = std::filesystem::temp_directory_path() / ("hyflow_ds_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".jsonl");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+/// A rollout batch: prompts (left-padded, P=4) and responses (right-padded, T=5).
+DataProto rollout(const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
+                  const std::vector<std::string>& truths) {
+  auto tok = char_tok();
+  const int64_t B = static_cast<int64_t>(prompts.size()), P = 4, T = 5;
+  auto p = torch::full({B, P}, tok->pad_token_id(), torch::kLong), r = torch::full({B, T}, tok->pad_token_id(), torch::kLong);
+  auto mask = torch::zeros({B, P + T}, torch::kLong);
+  Column ds, rm;
+  for (int64_t i = 0; i < B; ++i) {
+    auto pi = tok->encode(prompts[i]);
+    auto ri = tok->encode(responses[i]);
+    for (size_t t = 0; t < pi.size(); ++t) p[i][P - pi.size() + t] = pi[t], mask[i][P - pi.size() + t] = 1;
+    for (size_t t = 0; t < ri.size(); ++t) r[i][t] = ri[t], mask[i][P + t] = 1;
+    ds.emplace_back("arithmetic");
+    rm.push_back({{"ground_truth", truths[i]}});
+  }
+  NonTensorBatch nt;
+  nt["data_source"] = ds;
+  nt["reward_model"] = rm;
+  return DataProto(TensorDict{{"prompts", p}, {"responses", r}, {"attention_mask", mask}}, nt);
+}
+}  // namespace
+
+TEST_CASE("JSONL rows with chat prompts, data_source, ground truth and extra_info") {
+  const auto f = write_file(
+      R"({"prompt": [{"role": "user", "content": "1+2="}], "data_source": "arithmetic", "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 7}})"
+      "\n\n"
+      R"({"prompt": "4+4=", "data_source": "arithmetic", "reward_model": {"ground_truth": "8"}})"
+      "\n");
+  auto rows = read_jsonl(f);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].prompt == "1+2=");
+  CHECK(rows[0].ground_truth == "3");
+  CHECK(rows[0].extra_info["index"] == 7);
+  CHECK(rows[1].prompt == "4+4=");
+  std::filesystem::remove(f);
+}
+
+TEST_CASE("a bad JSONL line is a FormatError naming file:line") {
+  const auto f = write_file("{\"prompt\": \"1+1=\"}\n{\"prompt\": \"2+2=\"\n");
+  try {
+    read_jsonl(f);
+    FAIL("no error");
+  } catch (const FormatError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(f + ":2"));
+  }
+  const auto g = write_file("{\"question\": \"1+1=\"}\n");
+  CHECK_THROWS_WITH(read_jsonl(g), Catch::Contains(g + ":1") && Catch::Contains("prompt"));
+  std::filesystem::remove(f);
+  std::filesystem::remove(g);
+}
+
+TEST_CASE("arithmetic task: deterministic in the seed, sums as ground truth") {
+  auto a = make_arithmetic_task(20, 9, 5), b = make_arithmetic_task(20, 9, 5), c = make_arithmetic_task(20, 9, 6);
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    differs |= a[i].prompt != c[i].prompt;
+    const auto plus = a[i].prompt.find('+');
+    const int x = std::stoi(a[i].prompt.substr(0, plus)), y = std::stoi(a[i].prompt.substr(plus + 1));
+    CHECK(a[i].ground_truth == std::to_string(x + y));
+    CHECK(a[i].response == std::to_string(x + y));
+  }
+  CHECK(differs);
+}
+
+TEST_CASE("RL batch: prompts left-padded to max_prompt_length with verl position ids") {
+  std::vector<Sample> s(2);
+  s[0].prompt = "1+2=";
+  s[1].prompt = "10+20=";
+  RLDataset ds(s, char_tok(), {.max_prompt_length = 8});
+  auto b = ds.batch({0, 1});
+  CHECK(b.batch.at("input_ids").sizes() == at::IntArrayRef({2, 8}));
+  CHECK(b.batch.at("attention_mask")[0].sum().item<int64_t>() == 4);
+  CHECK(b.batch.at("attention_mask")[0][3].item<int64_t>() == 0);
+  CHECK(b.batch.at("position_ids")[1][2].item<int64_t>() == 0);
+  CHECK(b.batch.at("position_ids")[1][7].item<int64_t>() == 5);
+  CHECK(b.non_tensor_batch.at("extra_info")[1]["index"] == 1);
+}
+
+TEST_CASE("overlong prompts: error names the row, filter drops, left/right/middle truncate") {
+  std::vector<Sample> s(2);
+  s[0].prompt = "1+2=";
+  s[1].prompt = "123456+7=";
+  CHECK_THROWS_WITH(RLDataset(s, char_tok(), {.max_prompt_length = 5}), Catch::Contains("row 1"));
+  CHECK(RLDataset(s, char_tok(), {.max_prompt_length = 5, .filter_overlong_prompts = true}).size() == 1);
+  auto tok = char_tok();
+  auto text = [&](const std::string& mode) {
+    RLDataset ds(s, tok, {.max_prompt_length = 4, .truncation = mode});
+    auto ids = ds.batch({1}).batch.at("input_ids")[0];
+    return tok->decode(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + 4));
+  };
+  CHECK(text("left") == "6+7=");
+  CHECK(text("right") == "1234");
+  CHECK(text("middle") == "127=");
+}
+
+TEST_CASE("SFT batch: loss mask covers the response and eos, right padding") {
+  std::vector<Sample> s(1);
+  s[0].prompt = "1+2=";
+  s[0].response = "3";
+  SFTDataset ds(s, char_tok(), 8);
+  auto b = ds.batch({0});
+  auto lm = b.batch.at("loss_mask")[0];
+  CHECK(lm.sum().item<int64_t>() == 2);
+  CHECK(lm[4].item<int64_t>() == 1);
+  CHECK(lm[5].item<int64_t>() == 1);
+  CHECK(b.batch.at("attention_mask")[0].sum().item<int64_t>() == 6);
+  CHECK(b.batch.at("input_ids")[0][5].item<int64_t>() == char_tok()->eos_token_id());
+}
+
+TEST_CASE("epoch order: a seeded permutation per epoch, identity without shuffle") {
+  CHECK(epoch_order(5, false, 1, 3) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(epoch_order(50, true, 1, 0) == epoch_order(50, true, 1, 0));
+  CHECK(epoch_order(50, true, 1, 0) != epoch_order(50, true, 1, 1));
+}
+
+TEST_CASE("naive manager puts the score at the last valid response token") {
+  RewardManager rm(char_tok(), {});
+  auto out = rm(rollout({"1+2=", "5+5="}, {"3", "11"}, {"3", "10"}));
+  REQUIRE(out.reward_tensor.sizes() == at::IntArrayRef({2, 5}));
+  CHECK(out.reward_tensor[0][0].item<float>() == 1.0f);
+  CHECK(out.reward_tensor[0].sum().item<float>() == 1.0f);
+  CHECK(out.reward_tensor[1].sum().item<float>() == 0.0f);
+}
+
+TEST_CASE("dapo manager: overlong penalty from the buffer and acc logged") {
+  RewardManagerOptions o{.name = "dapo", .max_response_length = 5, .overlong_buffer = {.enable = true, .len = 2, .penalty_factor = 1.0}};
+  RewardManager rm(char_tok(), o);
+  // lengths 1 and 5: expected 3 -> penalties 0 and -(5-3)/2 = -1
+  auto out = rm(rollout({"1+2=", "5+5="}, {"3", "00010"}, {"3", "10"}));
+  CHECK(out.reward_tensor[0][0].item<float>() == Approx(1.0));
+  CHECK(out.reward_tensor[1][4].item<float>() == Approx(1.0 - 1.0));
+  CHECK(out.reward_extra_info.at("overlong_reward")[1] == Approx(-1.0));
+  CHECK(out.reward_extra_info.at("acc").size() == 2);
+}
+
+TEST_CASE("batch manager calls a registered batch function once for all rows") {
+  int calls = 0;
+  register_batch_compute_score(
+      "test_len",
+      [&](const std::vector<std::string>&, const std::vector<std::string>& sols, const std::vector<nlohmann::json>&,
+          const std::vector<nlohmann::json>&) {
+        ++calls;
+        std::vector<reward_score::ScoreResult> r;
+        for (const auto& s : sols) r.push_back({static_cast<double>(s.size()), {{"len", s.size()}}});
+        return r;
+      },
+      true);
+  RewardManager rm(char_tok(), {.name = "batch", .compute_score = "test_len"});
+  auto out = rm(rollout({"1+2=", "5+5="}, {"3", "110"}, {"3", "10"}));
+  CHECK(calls == 1);
+  CHECK(out.reward_tensor[1][2].item<float>() == 3.0f);
+  CHECK(out.reward_extra_info.at("len")[0] == 1);
+}
+
+TEST_CASE("custom per-row reward functions by name; unknown names and managers are errors") {
+  reward_score::register_compute_score(
+      "always_half", [](auto&&, auto&&, auto&&, auto&&) { return reward_score::ScoreResult{0.5, {}}; }, true);
+  RewardManager rm(char_tok(), {.compute_score = "always_half"});
+  CHECK(rm(rollout({"1+2="}, {"9"}, {"3"})).reward_tensor[0][0].item<float>() == 0.5f);
+  CHECK_THROWS_AS(RewardManager(char_tok(), {.compute_score = "nope"}), KeyError);
+  CHECK_THROWS_WITH(RewardManager(char_tok(), {.name = "prime"}), Catch::Contains("reward_model.reward_manager"));
+}
+
+TEST_CASE("rm_scores in the batch are returned as the reward") {
+  auto data = rollout({"1+2="}, {"3"}, {"3"});
+  data.batch.set("rm_scores", torch::full({1, 5}, 0.25));
+  RewardManager rm(char_tok(), {});
+  CHECK(rm(data).reward_tensor.sum().item<float>() == Approx(1.25));
+}

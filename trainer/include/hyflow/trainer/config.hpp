@@ -1,0 +1,78 @@
+#pragma once
+// Trainer configuration with verl's key names: a table of known keys with types and defaults,
+// INI files ("[actor_rollout_ref.actor]" sections) and "--key=value" overrides read by
+// Boost.ProgramOptions, and the resulting JSON tree whose subtrees are handed to the workers.
+// Unknown keys and values of the wrong type are hyflow::KeyError / ValueError naming the key.
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hyflow::trainer {
+
+using Json = nlohmann::json;
+
+/// Value kinds a key accepts. Nullable keys also take "null" / "none" / "~".
+enum class KeyType { integer, number, boolean, string, list };
+
+/// One known key: full dotted name, type, default (JSON, may be null) and a help line.
+struct ConfigKey {
+  std::string name;
+  KeyType type;
+  Json default_value;
+  std::string help;
+  bool nullable = false;
+};
+
+/// Which key table a program uses.
+enum class ConfigSchema { ppo, sft };
+
+/// The keys of a schema with verl's defaults (PPO: verl-reference §6 plus hyflow's
+/// data.synthetic.* and trainer.metrics_file; SFT: verl's sft_trainer keys).
+const std::vector<ConfigKey>& config_keys(ConfigSchema schema);
+
+class Config {
+ public:
+  explicit Config(ConfigSchema schema = ConfigSchema::ppo);
+
+  /// Reads an INI file; each "key = value" inside "[section]" sets "section.key".
+  /// Unknown keys: KeyError naming the key and the file; bad values: ValueError.
+  void load_ini(const std::string& path);
+  /// "--key=value" (or "--key value") arguments; "--config=<ini>" loads a file first.
+  /// Returns true when "--help" was given.
+  bool apply_arguments(const std::vector<std::string>& args);
+  /// Sets one key from its text form (parsed by the key's type).
+  void set(const std::string& key, const std::string& text);
+  /// Sets one key from JSON (checked against the key's type).
+  void set_json(const std::string& key, const Json& value);
+
+  /// The value of a key (KeyError if unknown).
+  const Json& get(const std::string& key) const;
+  bool is_null(const std::string& key) const { return get(key).is_null(); }
+  int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+
+  /// Nested JSON of every key ("a.b.c" -> {"a": {"b": {"c": v}}}); drop_nulls leaves out
+  /// keys whose value is null (workers take an absent key as verl's null).
+  Json tree(bool drop_nulls = false) const;
+  /// The subtree under a dotted prefix ("actor_rollout_ref").
+  Json subtree(const std::string& prefix, bool drop_nulls = true) const;
+
+  /// "--key=default  help" lines, one per key.
+  std::string help_text() const;
+  ConfigSchema schema() const { return schema_; }
+
+ private:
+  const ConfigKey& key_info(const std::string& key) const;
+  ConfigSchema schema_;
+  std::vector<std::pair<std::string, Json>> values_;  // in table order
+};
+
+/// Parses text for a key type; ValueError naming `key` on a bad value.
+Json parse_config_value(const ConfigKey& key, const std::string& text);
+
+}  // namespace hyflow::trainer

@@ -1,0 +1,104 @@
+#pragma once
+// RL and SFT datasets (verl's rl_dataset.py / sft_dataset.py): JSONL rows with verl's columns
+// (prompt as chat messages or text, data_source, reward_model.ground_truth, extra_info), the
+// built-in synthetic arithmetic task, tokenization with left padding (RL) or right padding
+// with a loss mask (SFT), prompt-length filtering and truncation modes, and the seeded
+// epoch order of the sampler.
+
+#include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/models/tokenizer.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hyflow::trainer {
+
+/// One row: prompt text (chat messages are joined by their contents), optional response
+/// (SFT), data_source, ground truth and extra_info.
+struct Sample {
+  std::string prompt;
+  std::string response;
+  std::string data_source;
+  nlohmann::json ground_truth;
+  nlohmann::json extra_info = nlohmann::json::object();
+};
+
+/// Reads a JSONL file. A line that is not a JSON object, or lacks the prompt column (or the
+/// response column when response_key is given): hyflow::FormatError naming file:line.
+std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key = "prompt",
+                               const std::string& response_key = "");
+
+/// The built-in arithmetic task: "a+b=" (operands in [0, max_operand]) with the sum as
+/// ground truth and as SFT response, data_source "arithmetic". Deterministic in `seed`.
+/// correct_fraction < 1 gives that fraction of right SFT responses (the others off by 1..9).
+std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uint64_t seed,
+                                         double correct_fraction = 1.0);
+
+/// Rows of a file list ("a.jsonl,b.jsonl") or, when `files` is empty, of the built-in task.
+struct SyntheticTask {
+  std::string task = "arithmetic";
+  int64_t size = 0;
+  int64_t max_operand = 99;
+  uint64_t seed = 0;
+  double correct_fraction = 1.0;
+};
+std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
+                                 const std::string& prompt_key = "prompt", const std::string& response_key = "");
+
+struct RLDatasetOptions {
+  int64_t max_prompt_length = 512;
+  std::string truncation = "error";  ///< error | left | right | middle
+  bool filter_overlong_prompts = false;
+};
+
+/// Tokenized prompts, left-padded to max_prompt_length.
+class RLDataset {
+ public:
+  /// Overlong prompts are dropped (filter_overlong_prompts) or truncated; with "error" a
+  /// hyflow::ValueError names the row and its length.
+  RLDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer, RLDatasetOptions options);
+  int64_t size() const { return static_cast<int64_t>(samples_.size()); }
+  const Sample& sample(int64_t i) const { return samples_.at(static_cast<size_t>(i)); }
+  /// input_ids, attention_mask, position_ids (B, max_prompt_length) and non-tensor columns
+  /// data_source, reward_model ({"ground_truth": ..}), extra_info (with "index"), raw_prompt.
+  DataProto batch(const std::vector<int64_t>& indices) const;
+
+ private:
+  std::vector<Sample> samples_;
+  std::vector<std::vector<int64_t>> ids_;
+  std::shared_ptr<const models::Tokenizer> tokenizer_;
+  RLDatasetOptions options_;
+};
+
+/// SFT rows: prompt + response + eos, right-padded to max_length; loss_mask marks the
+/// response tokens (and eos). truncation error | left | right.
+class SFTDataset {
+ public:
+  SFTDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer, int64_t max_length,
+             std::string truncation = "error");
+  int64_t size() const { return static_cast<int64_t>(input_ids_.size()); }
+  /// input_ids, attention_mask, position_ids, loss_mask (B, max_length).
+  DataProto batch(const std::vector<int64_t>& indices) const;
+
+ private:
+  std::vector<std::vector<int64_t>> input_ids_;
+  std::vector<int64_t> prompt_lengths_;
+  int64_t max_length_;
+  int64_t pad_id_;
+};
+
+/// The tokenizer of a model directory: tokenizer_config.json with tokenizer_class
+/// "hyflow-char" (optional "alphabet") gives the char tokenizer, else tokenizer.json (BPE).
+/// FormatError naming the directory when neither is there.
+std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir);
+/// Writes tokenizer_config.json for the default char tokenizer into `model_dir`.
+void save_char_tokenizer_config(const std::string& model_dir);
+
+/// Row order of an epoch: a permutation seeded by (seed, epoch) when shuffling, else 0..n-1.
+std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch);
+
+}  // namespace hyflow::trainer

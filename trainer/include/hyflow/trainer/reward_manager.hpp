@@ -1,0 +1,65 @@
+#pragma once
+// Reward managers (verl's workers/reward_manager): decode each rollout row, score it with a
+// compute_score function and put the score at the last valid response token.
+//   naive — one compute_score call per row;
+//   dapo  — like naive, trailing eos text stripped, optional overlong penalty;
+//   batch — one call over the whole batch.
+// A batch that already carries "rm_scores" (reward model) is returned as is.
+
+#include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/models/tokenizer.hpp>
+#include <hyflow/trainer/reward_score.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hyflow::trainer {
+
+struct RewardOutput {
+  at::Tensor reward_tensor;  ///< float32 (B, T), score at valid_response_length - 1
+  std::map<std::string, std::vector<nlohmann::json>> reward_extra_info;  ///< one value per row
+};
+
+/// A batched reward function (verl's batch manager): one result per row.
+using BatchComputeScoreFn = std::function<std::vector<reward_score::ScoreResult>(
+    const std::vector<std::string>& data_sources, const std::vector<std::string>& solution_strs,
+    const std::vector<nlohmann::json>& ground_truths, const std::vector<nlohmann::json>& extra_infos)>;
+
+/// Registers a batch reward function by name (ValueError when taken, unless overwrite).
+void register_batch_compute_score(const std::string& name, BatchComputeScoreFn fn, bool overwrite = false);
+/// KeyError naming the unknown name.
+BatchComputeScoreFn get_batch_compute_score(const std::string& name);
+
+struct OverlongBuffer {
+  bool enable = false;
+  int64_t len = 0;
+  double penalty_factor = 1.0;
+};
+
+struct RewardManagerOptions {
+  std::string name = "naive";                ///< naive | dapo | batch
+  std::string compute_score = "default";     ///< a registered (batch) reward function name
+  int64_t num_examine = 0;                   ///< rows printed per data source
+  int64_t max_response_length = 0;           ///< dapo overlong buffer
+  OverlongBuffer overlong_buffer;
+};
+
+class RewardManager {
+ public:
+  RewardManager(std::shared_ptr<const models::Tokenizer> tokenizer, RewardManagerOptions options);
+  /// Needs responses, prompts, attention_mask and non-tensor data_source, reward_model
+  /// ({"ground_truth"}); extra_info optional. KeyError naming a missing column.
+  RewardOutput operator()(const DataProto& data) const;
+  const RewardManagerOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const models::Tokenizer> tokenizer_;
+  RewardManagerOptions options_;
+};
+
+}  // namespace hyflow::trainer

@@ -1,0 +1,423 @@
+// Key tables, INI/CLI parsing (Boost.ProgramOptions) and typed values of the trainer config.
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/trainer/config.hpp>
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+namespace hyflow::trainer {
+namespace po = boost::program_options;
+
+namespace {
+
+using T = KeyType;
+const Json kNull = Json();
+
+ConfigKey key(std::string name, T type, Json def, std::string help, bool nullable = false) {
+  return ConfigKey{std::move(name), type, std::move(def), std::move(help), nullable};
+}
+
+std::vector<ConfigKey> optim_keys(const std::string& p, double lr) {
+  return {key(p + ".lr", T::number, lr, "learning rate"),
+          key(p + ".weight_decay", T::number, 0.01, "AdamW weight decay"),
+          key(p + ".betas", T::list, Json::array({0.9, 0.999}), "AdamW betas"),
+          key(p + ".lr_warmup_steps", T::integer, -1, "warmup steps (< 0: use the ratio)"),
+          key(p + ".lr_warmup_steps_ratio", T::number, 0.0, "warmup steps as a ratio of total steps"),
+          key(p + ".lr_scheduler_type", T::string, "constant", "constant | cosine"),
+          key(p + ".min_lr_ratio", T::number, 0.0, "cosine floor"),
+          key(p + ".num_cycles", T::number, 0.5, "cosine cycles")};
+}
+
+std::vector<ConfigKey> make_ppo_keys() {
+  std::vector<ConfigKey> k = {
+      key("data.train_files", T::string, "", "JSONL training file(s), comma separated; empty: data.synthetic"),
+      key("data.val_files", T::string, "", "JSONL validation file(s); empty: data.synthetic"),
+      key("data.prompt_key", T::string, "prompt", "column with the prompt (chat messages or text)"),
+      key("data.reward_fn_key", T::string, "data_source", "column that selects the reward function"),
+      key("data.max_prompt_length", T::integer, 512, "prompt tokens (left-padded)"),
+      key("data.max_response_length", T::integer, 512, "response tokens"),
+      key("data.train_batch_size", T::integer, 1024, "prompts per step"),
+      key("data.val_batch_size", T::integer, kNull, "validation prompts per batch (null: all)", true),
+      key("data.shuffle", T::boolean, true, "shuffle the training set every epoch"),
+      key("data.seed", T::integer, kNull, "shuffle seed (null: 1)", true),
+      key("data.truncation", T::string, "error", "error | left | right | middle"),
+      key("data.filter_overlong_prompts", T::boolean, false, "drop prompts longer than max_prompt_length"),
+      key("data.return_raw_chat", T::boolean, true, "accepted for verl compatibility"),
+      key("data.dataloader_num_workers", T::integer, 8, "accepted for verl compatibility"),
+      key("data.synthetic.task", T::string, "arithmetic", "built-in task when no files are given"),
+      key("data.synthetic.train_size", T::integer, 2048, "built-in task: training prompts"),
+      key("data.synthetic.val_size", T::integer, 128, "built-in task: validation prompts"),
+      key("data.synthetic.max_operand", T::integer, 99, "built-in task: operands in [0, max_operand]"),
+      key("data.synthetic.seed", T::integer, 0, "built-in task: generator seed"),
+      key("actor_rollout_ref.hybrid_engine", T::boolean, true, "actor and rollout in one worker"),
+      key("actor_rollout_ref.model.path", T::string, "", "model directory (Hugging Face format)"),
+      key("actor_rollout_ref.model.use_remove_padding", T::boolean, true, "accepted for verl compatibility"),
+      key("actor_rollout_ref.model.enable_gradient_checkpointing", T::boolean, false, "recompute activations"),
+      key("actor_rollout_ref.actor.strategy", T::string, "fsdp", "accepted for verl compatibility"),
+      key("actor_rollout_ref.actor.ppo_mini_batch_size", T::integer, 256, "prompts per mini-batch"),
+      key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
+      key("actor_rollout_ref.actor.use_dynamic_bsz", T::boolean, false, "token-budget micro-batches"),
+      key("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", T::integer, 16384, "token budget per micro-batch"),
+      key("actor_rollout_ref.actor.ppo_epochs", T::integer, 1, "passes over the batch"),
+      key("actor_rollout_ref.actor.shuffle", T::boolean, false, "accepted for verl compatibility"),
+      key("actor_rollout_ref.actor.clip_ratio", T::number, 0.2, "PPO clip"),
+      key("actor_rollout_ref.actor.clip_ratio_low", T::number, 0.2, "PPO lower clip"),
+      key("actor_rollout_ref.actor.clip_ratio_high", T::number, 0.2, "PPO upper clip"),
+      key("actor_rollout_ref.actor.clip_ratio_c", T::number, 3.0, "dual clip"),
+      key("actor_rollout_ref.actor.loss_agg_mode", T::string, "token-mean", "loss aggregation"),
+      key("actor_rollout_ref.actor.entropy_coeff", T::number, 0.0, "entropy bonus"),
+      key("actor_rollout_ref.actor.use_kl_loss", T::boolean, false, "KL to the reference as a loss"),
+      key("actor_rollout_ref.actor.kl_loss_coef", T::number, 0.001, "KL loss coefficient"),
+      key("actor_rollout_ref.actor.kl_loss_type", T::string, "low_var_kl", "KL estimator of the loss"),
+      key("actor_rollout_ref.actor.grad_clip", T::number, 1.0, "gradient norm clip"),
+      key("actor_rollout_ref.actor.policy_loss.loss_mode", T::string, "vanilla", "policy loss"),
+  };
+  for (auto& o : optim_keys("actor_rollout_ref.actor.optim", 1e-6)) k.push_back(std::move(o));
+  std::vector<ConfigKey> rest = {
+      key("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per ref micro-batch", true),
+      key("actor_rollout_ref.rollout.name", T::string, "hf", "rollout engine (hyflow: hf)"),
+      key("actor_rollout_ref.rollout.mode", T::string, "sync", "accepted for verl compatibility"),
+      key("actor_rollout_ref.rollout.n", T::integer, 1, "samples per prompt"),
+      key("actor_rollout_ref.rollout.temperature", T::number, 1.0, "sampling temperature"),
+      key("actor_rollout_ref.rollout.top_k", T::integer, -1, "top-k (-1: off)"),
+      key("actor_rollout_ref.rollout.top_p", T::number, 1.0, "top-p"),
+      key("actor_rollout_ref.rollout.do_sample", T::boolean, true, "sample (else greedy)"),
+      key("actor_rollout_ref.rollout.prompt_length", T::integer, kNull, "null: data.max_prompt_length", true),
+      key("actor_rollout_ref.rollout.response_length", T::integer, kNull, "null: data.max_response_length", true),
+      key("actor_rollout_ref.rollout.calculate_log_probs", T::boolean, false, "return rollout_log_probs"),
+      key("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
+      key("actor_rollout_ref.rollout.val_kwargs.n", T::integer, 1, "validation samples per prompt"),
+      key("actor_rollout_ref.rollout.val_kwargs.do_sample", T::boolean, false, "validation sampling"),
+      key("actor_rollout_ref.rollout.val_kwargs.temperature", T::number, 0.0, "validation temperature"),
+      key("actor_rollout_ref.rollout.val_kwargs.top_k", T::integer, -1, "validation top-k"),
+      key("actor_rollout_ref.rollout.val_kwargs.top_p", T::number, 1.0, "validation top-p"),
+      key("critic.enable", T::boolean, kNull, "null: on for gae", true),
+      key("critic.model.path", T::string, "", "value model directory (empty: the actor's)"),
+      key("critic.ppo_mini_batch_size", T::integer, kNull, "null: the actor's", true),
+      key("critic.ppo_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
+      key("critic.forward_micro_batch_size_per_gpu", T::integer, kNull, "rows per forward micro-batch", true),
+      key("critic.use_dynamic_bsz", T::boolean, false, "token-budget micro-batches"),
+      key("critic.ppo_max_token_len_per_gpu", T::integer, 32768, "token budget"),
+      key("critic.ppo_epochs", T::integer, kNull, "null: the actor's", true),
+      key("critic.cliprange_value", T::number, 0.5, "value clip"),
+      key("critic.loss_agg_mode", T::string, kNull, "null: the actor's", true),
+      key("critic.grad_clip", T::number, 1.0, "gradient norm clip"),
+  };
+  for (auto& o : rest) k.push_back(std::move(o));
+  for (auto& o : optim_keys("critic.optim", 1e-5)) k.push_back(std::move(o));
+  std::vector<ConfigKey> tail = {
+      key("reward_model.enable", T::boolean, false, "score with a reward model worker"),
+      key("reward_model.model.path", T::string, "", "reward model directory"),
+      key("reward_model.micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
+      key("reward_model.reward_manager", T::string, "naive", "naive | dapo | batch"),
+      key("reward_model.overlong_buffer.enable", T::boolean, false, "dapo: overlong penalty"),
+      key("reward_model.overlong_buffer.len", T::integer, 0, "dapo: buffer length"),
+      key("reward_model.overlong_buffer.penalty_factor", T::number, 1.0, "dapo: penalty factor"),
+      key("custom_reward_function.path", T::string, kNull, "accepted; functions are registered by name", true),
+      key("custom_reward_function.name", T::string, "compute_score", "registered reward function (compute_score: default)"),
+      key("algorithm.adv_estimator", T::string, "gae", "advantage estimator"),
+      key("algorithm.gamma", T::number, 1.0, "discount"),
+      key("algorithm.lam", T::number, 1.0, "GAE lambda"),
+      key("algorithm.norm_adv_by_std_in_grpo", T::boolean, true, "GRPO: divide by the group std"),
+      key("algorithm.use_kl_in_reward", T::boolean, false, "KL penalty in the reward"),
+      key("algorithm.kl_penalty", T::string, "kl", "KL estimator in the reward"),
+      key("algorithm.kl_ctrl.type", T::string, "fixed", "fixed | adaptive"),
+      key("algorithm.kl_ctrl.kl_coef", T::number, 0.001, "KL coefficient"),
+      key("algorithm.kl_ctrl.horizon", T::integer, 10000, "adaptive horizon"),
+      key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target"),
+      key("trainer.total_epochs", T::integer, 30, "epochs"),
+      key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
+      key("trainer.balance_batch", T::boolean, true, "balance sequence lengths over ranks"),
+      key("trainer.project_name", T::string, "hyflow", "project"),
+      key("trainer.experiment_name", T::string, "run", "experiment"),
+      key("trainer.logger", T::list, Json::array({"console"}), "console | file"),
+      key("trainer.nnodes", T::integer, 1, "nodes"),
+      key("trainer.n_gpus_per_node", T::integer, 1, "workers per node"),
+      key("trainer.save_freq", T::integer, -1, "save every N steps (-1: never)"),
+      key("trainer.test_freq", T::integer, -1, "validate every N steps (-1: never)"),
+      key("trainer.val_before_train", T::boolean, true, "validate before the first step"),
+      key("trainer.val_only", T::boolean, false, "validate and stop"),
+      key("trainer.critic_warmup", T::integer, 0, "steps updating only the critic"),
+      key("trainer.resume_mode", T::string, "auto", "disable | auto | resume_path"),
+      key("trainer.resume_from_path", T::string, kNull, "checkpoint folder global_step_N", true),
+      key("trainer.default_local_dir", T::string, kNull, "null: checkpoints/{project}/{experiment}", true),
+      key("trainer.max_actor_ckpt_to_keep", T::integer, kNull, "null: keep all", true),
+      key("trainer.max_critic_ckpt_to_keep", T::integer, kNull, "null: keep all", true),
+      key("trainer.device", T::string, "cpu", "cpu | cuda"),
+      key("trainer.seed", T::integer, 1, "controller seed (uids, rollout seeds)"),
+      key("trainer.metrics_file", T::string, kNull, "JSONL metrics (null: {default_local_dir}/metrics.jsonl)", true),
+      key("trainer.progress_bar", T::boolean, true, "print a progress line per step"),
+  };
+  for (auto& o : tail) k.push_back(std::move(o));
+  return k;
+}
+
+std::vector<ConfigKey> make_sft_keys() {
+  std::vector<ConfigKey> k = {
+      key("data.train_files", T::string, "", "JSONL with prompt/response columns; empty: data.synthetic"),
+      key("data.val_files", T::string, "", "JSONL validation file; empty: data.synthetic"),
+      key("data.prompt_key", T::string, "prompt", "prompt column"),
+      key("data.response_key", T::string, "response", "response column"),
+      key("data.max_length", T::integer, 1024, "prompt + response tokens (right-padded)"),
+      key("data.truncation", T::string, "error", "error | left | right"),
+      key("data.train_batch_size", T::integer, 256, "rows per optimizer step"),
+      key("data.micro_batch_size_per_gpu", T::integer, 4, "rows per micro-batch"),
+      key("data.synthetic.task", T::string, "arithmetic", "built-in task when no files are given"),
+      key("data.synthetic.train_size", T::integer, 2048, "built-in task: training rows"),
+      key("data.synthetic.val_size", T::integer, 128, "built-in task: validation rows"),
+      key("data.synthetic.max_operand", T::integer, 99, "built-in task: operands in [0, max_operand]"),
+      key("data.synthetic.seed", T::integer, 0, "built-in task: generator seed"),
+      key("data.synthetic.correct_fraction", T::number, 1.0, "fraction of rows with the right answer"),
+      key("model.partial_pretrain", T::string, "", "model directory; empty: a new tiny model"),
+      key("model.tiny.hidden_size", T::integer, 64, "new tiny model: hidden size"),
+      key("model.tiny.num_hidden_layers", T::integer, 2, "new tiny model: layers"),
+      key("model.tiny.num_attention_heads", T::integer, 4, "new tiny model: heads"),
+      key("model.tiny.intermediate_size", T::integer, 192, "new tiny model: MLP size"),
+      key("model.tiny.seed", T::integer, 0, "new tiny model: init seed"),
+      key("optim.lr", T::number, 1e-5, "peak learning rate"),
+      key("optim.betas", T::list, Json::array({0.9, 0.95}), "AdamW betas"),
+      key("optim.weight_decay", T::number, 0.01, "AdamW weight decay"),
+      key("optim.warmup_steps_ratio", T::number, 0.1, "warmup ratio"),
+      key("optim.lr_scheduler", T::string, "cosine", "cosine | constant"),
+      key("optim.clip_grad", T::number, 1.0, "gradient norm clip"),
+      key("trainer.total_epochs", T::integer, 1, "epochs"),
+      key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
+      key("trainer.default_local_dir", T::string, "checkpoints/sft", "output model directory"),
+      key("trainer.seed", T::integer, 1, "shuffle seed"),
+      key("trainer.test_freq", T::integer, -1, "validation loss every N steps (-1: at the end)"),
+      key("trainer.metrics_file", T::string, kNull, "JSONL metrics", true),
+  };
+  return k;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+const char* type_name(KeyType t) {
+  switch (t) {
+    case T::integer: return "an integer";
+    case T::number: return "a number";
+    case T::boolean: return "true or false";
+    case T::string: return "a string";
+    case T::list: return "a list";
+  }
+  return "?";
+}
+
+[[noreturn]] void bad_value(const ConfigKey& k, const std::string& text) {
+  throw ValueError("config key '" + k.name + "': expected " + type_name(k.type) + ", got '" + text + "'");
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys(ConfigSchema schema) {
+  static const std::vector<ConfigKey> ppo = make_ppo_keys();
+  static const std::vector<ConfigKey> sft = make_sft_keys();
+  return schema == ConfigSchema::ppo ? ppo : sft;
+}
+
+Json parse_config_value(const ConfigKey& k, const std::string& raw) {
+  const std::string text = trim(raw);
+  const std::string l = lower(text);
+  if (k.nullable && (l == "null" || l == "none" || l == "~")) return Json();
+  try {
+    switch (k.type) {
+      case T::integer: {
+        size_t used = 0;
+        const long long v = std::stoll(text, &used);
+        if (used != text.size()) bad_value(k, raw);
+        return Json(static_cast<int64_t>(v));
+      }
+      case T::number: {
+        size_t used = 0;
+        const double v = std::stod(text, &used);
+        if (used != text.size()) bad_value(k, raw);
+        return Json(v);
+      }
+      case T::boolean:
+        if (l == "true" || l == "1" || l == "yes" || l == "on") return Json(true);
+        if (l == "false" || l == "0" || l == "no" || l == "off") return Json(false);
+        bad_value(k, raw);
+      case T::string:
+        if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
+          return Json(text.substr(1, text.size() - 2));
+        return Json(text);
+      case T::list: {
+        if (!text.empty() && text.front() == '[') {
+          Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (!j.is_array()) bad_value(k, raw);
+          return j;
+        }
+        Json out = Json::array();
+        std::stringstream ss(text);
+        for (std::string item; std::getline(ss, item, ',');) {
+          item = trim(item);
+          if (item.empty()) continue;
+          Json num = Json::parse(item, nullptr, false);
+          out.push_back(num.is_number() ? num : Json(item));
+        }
+        return out;
+      }
+    }
+  } catch (const std::invalid_argument&) {
+    bad_value(k, raw);
+  } catch (const std::out_of_range&) {
+    bad_value(k, raw);
+  }
+  bad_value(k, raw);
+}
+
+Config::Config(ConfigSchema schema) : schema_(schema) {
+  for (const auto& k : config_keys(schema)) values_.emplace_back(k.name, k.default_value);
+}
+
+const ConfigKey& Config::key_info(const std::string& name) const {
+  for (const auto& k : config_keys(schema_))
+    if (k.name == name) return k;
+  throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
+}
+
+void Config::set(const std::string& name, const std::string& text) { set_json(name, parse_config_value(key_info(name), text)); }
+
+void Config::set_json(const std::string& name, const Json& value) {
+  const ConfigKey& k = key_info(name);
+  const bool ok = (value.is_null() && k.nullable) || (k.type == T::integer && value.is_number_integer()) ||
+                  (k.type == T::number && value.is_number()) || (k.type == T::boolean && value.is_boolean()) ||
+                  (k.type == T::string && value.is_string()) || (k.type == T::list && value.is_array());
+  if (!ok) bad_value(k, value.dump());
+  for (auto& [n, v] : values_)
+    if (n == name) v = (k.type == T::number && !value.is_null()) ? Json(value.get<double>()) : value;
+}
+
+namespace {
+po::options_description describe(const std::vector<ConfigKey>& keys) {
+  po::options_description desc("hyflow config");
+  for (const auto& k : keys) desc.add_options()(k.name.c_str(), po::value<std::string>(), k.help.c_str());
+  return desc;
+}
+}  // namespace
+
+void Config::load_ini(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ValueError("cannot open config file '" + path + "'");
+  const auto desc = describe(config_keys(schema_));
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/false);
+  } catch (const po::unknown_option& e) {
+    throw KeyError("unknown config key '" + e.get_option_name() + "' in " + path);
+  } catch (const po::error& e) {
+    throw ValueError("config file " + path + ": " + e.what());
+  }
+  for (const auto& opt : parsed.options) {
+    if (opt.value.empty()) continue;
+    try {
+      set(opt.string_key, opt.value.front());
+    } catch (const Error& e) {
+      throw ValueError(std::string(e.what()) + " (in " + path + ")");
+    }
+  }
+}
+
+bool Config::apply_arguments(const std::vector<std::string>& args) {
+  auto desc = describe(config_keys(schema_));
+  desc.add_options()("help", "list the keys and their defaults")("config", po::value<std::vector<std::string>>(),
+                                                                    "INI file(s) read before the overrides");
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::command_line_parser(args).options(desc).style(po::command_line_style::unix_style).run();
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    while (!name.empty() && name.front() == '-') name.erase(0, 1);
+    throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
+  } catch (const po::error& e) {
+    throw ValueError(std::string("command line: ") + e.what());
+  }
+  bool help = false;
+  for (const auto& opt : parsed.options)
+    if (opt.string_key == "help") help = true;
+    else if (opt.string_key == "config")
+      for (const auto& file : opt.value) load_ini(file);
+  for (const auto& opt : parsed.options) {
+    if (opt.string_key == "help" || opt.string_key == "config") continue;
+    if (opt.value.empty()) throw ValueError("config key '" + opt.string_key + "' needs a value (--key=value)");
+    set(opt.string_key, opt.value.front());
+  }
+  return help;
+}
+
+const Json& Config::get(const std::string& name) const {
+  for (const auto& [n, v] : values_)
+    if (n == name) return v;
+  throw KeyError("unknown config key '" + name + "'");
+}
+
+int64_t Config::get_int(const std::string& name) const {
+  const Json& v = get(name);
+  if (!v.is_number_integer()) throw ValueError("config key '" + name + "' is " + v.dump() + ", not an integer");
+  return v.get<int64_t>();
+}
+double Config::get_double(const std::string& name) const {
+  const Json& v = get(name);
+  if (!v.is_number()) throw ValueError("config key '" + name + "' is " + v.dump() + ", not a number");
+  return v.get<double>();
+}
+bool Config::get_bool(const std::string& name) const {
+  const Json& v = get(name);
+  if (!v.is_boolean()) throw ValueError("config key '" + name + "' is " + v.dump() + ", not a boolean");
+  return v.get<bool>();
+}
+std::string Config::get_string(const std::string& name) const {
+  const Json& v = get(name);
+  if (!v.is_string()) throw ValueError("config key '" + name + "' is " + v.dump() + ", not a string");
+  return v.get<std::string>();
+}
+
+namespace {
+Json::json_pointer pointer_of(const std::string& dotted) {
+  std::string p = "/";
+  p.reserve(dotted.size() + 1);
+  for (char ch : dotted) p.push_back(ch == '.' ? '/' : ch);
+  return Json::json_pointer(p);
+}
+}  // namespace
+
+Json Config::tree(bool drop_nulls) const {
+  Json out = Json::object();
+  for (const auto& [name, v] : values_) {
+    if (drop_nulls && v.is_null()) continue;
+    out[pointer_of(name)] = v;
+  }
+  return out;
+}
+
+Json Config::subtree(const std::string& prefix, bool drop_nulls) const {
+  Json t = tree(drop_nulls);
+  const Json::json_pointer ptr = pointer_of(prefix);
+  if (!t.contains(ptr)) throw KeyError("no config keys under '" + prefix + "'");
+  return t.at(ptr);
+}
+
+std::string Config::help_text() const {
+  std::ostringstream os;
+  for (const auto& k : config_keys(schema_)) {
+    const Json& v = get(k.name);
+    os << "  --" << k.name << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n      " << k.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace hyflow::trainer

@@ -1,0 +1,241 @@
+// JSONL reading, the built-in arithmetic task and tokenization of RL/SFT rows.
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/models/bpe_tokenizer.hpp>
+#include <hyflow/models/char_tokenizer.hpp>
+#include <hyflow/trainer/dataset.hpp>
+
+#include <filesystem>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace hyflow::trainer {
+
+namespace {
+
+std::string prompt_text(const nlohmann::json& prompt, const std::string& where) {
+  if (prompt.is_string()) return prompt.get<std::string>();
+  if (prompt.is_array()) {
+    std::string text;
+    for (const auto& m : prompt) {
+      if (!m.is_object() || !m.contains("content") || !m.at("content").is_string())
+        throw FormatError(where + ": chat message without a string 'content'");
+      text += m.at("content").get<std::string>();
+    }
+    return text;
+  }
+  throw FormatError(where + ": prompt is neither text nor a list of chat messages");
+}
+
+std::vector<int64_t> truncate(std::vector<int64_t> ids, int64_t max_len, const std::string& mode, int64_t row) {
+  const auto n = static_cast<int64_t>(ids.size());
+  if (n <= max_len) return ids;
+  if (mode == "left") return {ids.end() - max_len, ids.end()};
+  if (mode == "right") return {ids.begin(), ids.begin() + max_len};
+  if (mode == "middle") {
+    const int64_t left = max_len / 2, right = max_len - left;
+    std::vector<int64_t> out(ids.begin(), ids.begin() + left);
+    out.insert(out.end(), ids.end() - right, ids.end());
+    return out;
+  }
+  if (mode == "error")
+    throw ValueError("row " + std::to_string(row) + ": " + std::to_string(n) + " tokens exceed the maximum " +
+                     std::to_string(max_len) + " (data.truncation=error)");
+  throw ValueError("config key 'data.truncation': unknown mode '" + mode + "' (error, left, right, middle)");
+}
+
+}  // namespace
+
+std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key, const std::string& response_key) {
+  std::ifstream in(path);
+  if (!in) throw FormatError("cannot open dataset file '" + path + "'");
+  std::vector<Sample> out;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!row.is_object()) throw FormatError(where + ": not a JSON object");
+    if (!row.contains(prompt_key)) throw FormatError(where + ": missing column '" + prompt_key + "'");
+    Sample s;
+    s.prompt = prompt_text(row.at(prompt_key), where);
+    if (!response_key.empty()) {
+      if (!row.contains(response_key) || !row.at(response_key).is_string())
+        throw FormatError(where + ": missing text column '" + response_key + "'");
+      s.response = row.at(response_key).get<std::string>();
+    }
+    if (row.contains("data_source")) {
+      if (!row.at("data_source").is_string()) throw FormatError(where + ": data_source is not a string");
+      s.data_source = row.at("data_source").get<std::string>();
+    }
+    if (row.contains("reward_model")) {
+      const auto& rm = row.at("reward_model");
+      if (!rm.is_object()) throw FormatError(where + ": reward_model is not an object");
+      if (rm.contains("ground_truth")) s.ground_truth = rm.at("ground_truth");
+    }
+    if (row.contains("extra_info")) {
+      if (!row.at("extra_info").is_object()) throw FormatError(where + ": extra_info is not an object");
+      s.extra_info = row.at("extra_info");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uint64_t seed, double correct_fraction) {
+  if (count < 0 || max_operand < 0) throw ValueError("arithmetic task: count and max_operand must be >= 0");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> operand(0, max_operand);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> offset(1, 9);
+  std::vector<Sample> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t a = operand(rng), b = operand(rng);
+    Sample s;
+    s.prompt = std::to_string(a) + "+" + std::to_string(b) + "=";
+    s.data_source = "arithmetic";
+    s.ground_truth = std::to_string(a + b);
+    const bool correct = unit(rng) < correct_fraction;
+    s.response = std::to_string(correct ? a + b : a + b + offset(rng));
+    s.extra_info = {{"index", i}, {"split", "synthetic"}};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic, const std::string& prompt_key,
+                                 const std::string& response_key) {
+  if (files.empty()) {
+    if (synthetic.task != "arithmetic")
+      throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task + "' (arithmetic)");
+    return make_arithmetic_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
+  }
+  std::vector<Sample> out;
+  std::stringstream ss(files);
+  for (std::string file; std::getline(ss, file, ',');) {
+    if (file.empty()) continue;
+    auto rows = read_jsonl(file, prompt_key, response_key);
+    out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
+  }
+  return out;
+}
+
+RLDataset::RLDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer,
+                     RLDatasetOptions options)
+    : tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
+  if (options_.max_prompt_length <= 0) throw ValueError("config key 'data.max_prompt_length' must be > 0");
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto ids = tokenizer_->encode(samples[i].prompt);
+    if (options_.filter_overlong_prompts && static_cast<int64_t>(ids.size()) > options_.max_prompt_length) continue;
+    ids = truncate(std::move(ids), options_.max_prompt_length, options_.truncation, static_cast<int64_t>(i));
+    if (!samples[i].extra_info.contains("index")) samples[i].extra_info["index"] = static_cast<int64_t>(i);
+    ids_.push_back(std::move(ids));
+    samples_.push_back(std::move(samples[i]));
+  }
+}
+
+DataProto RLDataset::batch(const std::vector<int64_t>& indices) const {
+  const auto B = static_cast<int64_t>(indices.size());
+  const int64_t P = options_.max_prompt_length;
+  auto ids = torch::full({B, P}, tokenizer_->pad_token_id(), torch::kLong);
+  auto mask = torch::zeros({B, P}, torch::kLong);
+  Column data_source, reward_model, extra_info, raw_prompt;
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < B; ++r) {
+    const auto i = static_cast<size_t>(indices[static_cast<size_t>(r)]);
+    if (i >= ids_.size()) throw ShapeError("dataset index " + std::to_string(i) + " out of " + std::to_string(ids_.size()));
+    const auto& row = ids_[i];
+    const int64_t start = P - static_cast<int64_t>(row.size());
+    for (size_t t = 0; t < row.size(); ++t) {
+      ids_a[r][start + static_cast<int64_t>(t)] = row[t];
+      mask_a[r][start + static_cast<int64_t>(t)] = 1;
+    }
+    data_source.emplace_back(samples_[i].data_source);
+    reward_model.push_back({{"ground_truth", samples_[i].ground_truth}, {"style", "rule"}});
+    extra_info.push_back(samples_[i].extra_info);
+    raw_prompt.emplace_back(samples_[i].prompt);
+  }
+  auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
+  NonTensorBatch nt;
+  nt["data_source"] = std::move(data_source);
+  nt["reward_model"] = std::move(reward_model);
+  nt["extra_info"] = std::move(extra_info);
+  nt["raw_prompt"] = std::move(raw_prompt);
+  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}}, std::move(nt));
+}
+
+SFTDataset::SFTDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer,
+                       int64_t max_length, std::string truncation)
+    : max_length_(max_length), pad_id_(tokenizer->pad_token_id()) {
+  if (max_length <= 1) throw ValueError("config key 'data.max_length' must be > 1");
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto ids = tokenizer->encode(samples[i].prompt);
+    const auto prompt_len = static_cast<int64_t>(ids.size());
+    auto resp = tokenizer->encode(samples[i].response);
+    ids.insert(ids.end(), resp.begin(), resp.end());
+    ids.push_back(tokenizer->eos_token_id());
+    if (static_cast<int64_t>(ids.size()) > max_length) {
+      if (truncation == "middle") throw ValueError("config key 'data.truncation': SFT takes error, left or right");
+      const auto n = static_cast<int64_t>(ids.size());
+      ids = truncate(std::move(ids), max_length, truncation, static_cast<int64_t>(i));
+      prompt_lengths_.push_back(truncation == "left" ? std::max<int64_t>(0, prompt_len - (n - max_length)) : prompt_len);
+    } else {
+      prompt_lengths_.push_back(prompt_len);
+    }
+    input_ids_.push_back(std::move(ids));
+  }
+}
+
+DataProto SFTDataset::batch(const std::vector<int64_t>& indices) const {
+  const auto B = static_cast<int64_t>(indices.size());
+  auto ids = torch::full({B, max_length_}, pad_id_, torch::kLong);
+  auto mask = torch::zeros({B, max_length_}, torch::kLong);
+  auto loss_mask = torch::zeros({B, max_length_}, torch::kLong);
+  for (int64_t r = 0; r < B; ++r) {
+    const auto i = static_cast<size_t>(indices[static_cast<size_t>(r)]);
+    const auto& row = input_ids_.at(i);
+    const auto n = static_cast<int64_t>(row.size());
+    ids[r].narrow(0, 0, n).copy_(torch::tensor(row, torch::kLong));
+    mask[r].narrow(0, 0, n).fill_(1);
+    const int64_t p = std::min(prompt_lengths_[i], n);
+    if (n > p) loss_mask[r].narrow(0, p, n - p).fill_(1);
+  }
+  auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
+  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}, {"loss_mask", loss_mask}});
+}
+
+std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir) {
+  const std::filesystem::path dir(model_dir);
+  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+    std::ifstream in(dir / "tokenizer_config.json");
+    auto cfg = nlohmann::json::parse(in, nullptr, false);
+    if (cfg.is_object() && cfg.value("tokenizer_class", "") == "hyflow-char") {
+      models::CharTokenizerOptions o;
+      if (cfg.contains("alphabet") && cfg.at("alphabet").is_string()) o.alphabet = cfg.at("alphabet").get<std::string>();
+      return std::make_shared<models::CharTokenizer>(o);
+    }
+  }
+  if (std::filesystem::exists(dir / "tokenizer.json"))
+    return std::make_shared<models::BpeTokenizer>(models::BpeTokenizer::from_file(dir / "tokenizer.json"));
+  throw FormatError("model directory '" + model_dir + "' has no tokenizer (tokenizer_config.json or tokenizer.json)");
+}
+
+void save_char_tokenizer_config(const std::string& model_dir) {
+  std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json")
+      << nlohmann::json{{"tokenizer_class", "hyflow-char"}, {"alphabet", models::CharTokenizerOptions{}.alphabet}}.dump(2);
+}
+
+std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;
+  if (shuffle) {
+    std::mt19937_64 rng(seed * 1000003ULL + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  return order;
+}
+
+}  // namespace hyflow::trainer
