@@ -1,0 +1,233 @@
+// Config parsing (verl's keys and defaults, clear errors), micro-batching and the lr
+// schedule of the role workers. No runtime: workers are constructed directly.
+#include "workers_test_util.hpp"
+
+#include <hyflow/workers/all.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace hyflow;
+using namespace hyflow::workers;
+using workers_test::actor_rollout_ref_config;
+using workers_test::critic_config;
+
+namespace {
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const hyflow::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_CASE("actor_rollout_ref config: verl defaults where keys are absent") {
+  auto c = parse_actor_rollout_ref_config(Json{{"model", {{"path", "/m"}}}});
+  CHECK(c.actor.ppo_mini_batch_size == 256);
+  CHECK_FALSE(c.actor.ppo_micro_batch_size_per_gpu.has_value());
+  CHECK(c.actor.ppo_epochs == 1);
+  CHECK(c.actor.loss.clip_ratio == 0.2);
+  CHECK(c.actor.loss.clip_ratio_c == 3.0);
+  CHECK(c.actor.loss.loss_agg_mode == "token-mean");
+  CHECK(c.actor.kl_loss_type == "low_var_kl");
+  CHECK(c.actor.kl_loss_coef == 0.001);
+  CHECK(c.actor.grad_clip == 1.0);
+  CHECK(c.actor.optim.lr == 1e-6);
+  CHECK(c.actor.optim.weight_decay == 0.01);
+  CHECK(c.actor.optim.betas == std::array<double, 2>{0.9, 0.999});
+  CHECK(c.actor.optim.lr_scheduler_type == "constant");
+  CHECK(c.rollout.n == 1);
+  CHECK(c.rollout.temperature == 1.0);
+  CHECK(c.rollout.top_k == -1);
+  CHECK(c.rollout.val_kwargs.temperature == 0.0);
+  CHECK(c.ref.max_token_len_per_gpu == 16384);
+}
+
+TEST_CASE("actor_rollout_ref config: values are read with verl's key names") {
+  auto c = parse_actor_rollout_ref_config(actor_rollout_ref_config(8, {{"use_kl_loss", true}, {"kl_loss_type", "k2"}}));
+  CHECK(c.actor.ppo_mini_batch_size == 8);
+  CHECK(c.actor.ppo_micro_batch_size_per_gpu == 2);
+  CHECK(c.actor.use_kl_loss);
+  CHECK(c.actor.kl_loss_type == "k2");
+  CHECK(c.actor.optim.lr == 1e-2);
+  CHECK(c.rollout.response_length == 6);
+  CHECK(c.rollout.log_prob.micro_batch_size_per_gpu == 2);
+  CHECK(c.ref.micro_batch_size_per_gpu == 3);
+  CHECK(c.rollout.seed == 7);
+}
+
+TEST_CASE("critic config: verl's critic lr default 1e-5 and forward micro-batch falls back to ppo's") {
+  auto c = parse_critic_config(Json{{"model", {{"path", "/m"}}}, {"ppo_micro_batch_size_per_gpu", 4}});
+  CHECK(c.optim.lr == 1e-5);
+  CHECK(c.cliprange_value == 0.5);
+  CHECK(c.forward.micro_batch_size_per_gpu == 4);
+  CHECK(c.ppo_max_token_len_per_gpu == 32768);
+}
+
+TEST_CASE("unknown config keys are errors naming the full key path") {
+  auto cfg = actor_rollout_ref_config();
+  cfg["actor"]["ppo_epoch"] = 2;  // typo of ppo_epochs
+  CHECK_THROWS_AS(parse_actor_rollout_ref_config(cfg), KeyError);
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(cfg); }),
+             Catch::Contains("actor_rollout_ref.actor.ppo_epoch'"));
+  auto optim = actor_rollout_ref_config();
+  optim["actor"]["optim"]["learning_rate"] = 1.0;
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(optim); }),
+             Catch::Contains("actor_rollout_ref.actor.optim.learning_rate"));
+  auto critic = critic_config();
+  critic["vf_coef"] = 1.0;
+  CHECK_THAT(error_of([&] { parse_critic_config(critic); }), Catch::Contains("critic.vf_coef"));
+  CHECK_THAT(error_of([] { parse_reward_model_config(Json{{"model", {{"path", "/m"}}}, {"bogus", 1}}); }),
+             Catch::Contains("reward_model.bogus"));
+}
+
+TEST_CASE("bad config values are ValueErrors naming the key and the value") {
+  auto with = [](const char* section, const char* key, Json value) {
+    auto cfg = actor_rollout_ref_config();
+    cfg[section][key] = std::move(value);
+    return error_of([&] { parse_actor_rollout_ref_config(cfg); });
+  };
+  CHECK_THAT(with("actor", "ppo_epochs", 0), Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains("> 0"));
+  CHECK_THAT(with("actor", "ppo_epochs", "two"), Catch::Contains("must be an integer") && Catch::Contains("\"two\""));
+  CHECK_THAT(with("actor", "loss_agg_mode", "mean"), Catch::Contains("actor_rollout_ref.actor.loss_agg_mode"));
+  CHECK_THAT(with("actor", "clip_ratio_c", 1.0), Catch::Contains("clip_ratio_c"));
+  CHECK_THAT(with("actor", "policy_loss", Json{{"loss_mode", "nope"}}), Catch::Contains("policy_loss.loss_mode"));
+  CHECK_THAT(with("actor", "ulysses_sequence_parallel_size", 2), Catch::Contains("ulysses_sequence_parallel_size"));
+  CHECK_THAT(with("rollout", "top_p", 1.5), Catch::Contains("actor_rollout_ref.rollout.top_p"));
+  CHECK_THAT(with("rollout", "n", -1), Catch::Contains("actor_rollout_ref.rollout.n"));
+  CHECK_THAT(with("model", "path", ""), Catch::Contains("actor_rollout_ref.model.path"));
+  CHECK_THAT(with("model", "lora_rank", 8), Catch::Contains("lora_rank"));
+  auto kl = actor_rollout_ref_config(4, {{"use_kl_loss", true}, {"kl_loss_type", "k9"}});
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(kl); }), Catch::Contains("kl_loss_type"));
+  auto cosine = actor_rollout_ref_config(4, {{"optim", {{"lr_scheduler_type", "cosine"}}}});
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(cosine); }), Catch::Contains("total_training_steps"));
+  auto sched = actor_rollout_ref_config(4, {{"optim", {{"lr_scheduler_type", "linear"}}}});
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(sched); }), Catch::Contains("lr_scheduler_type"));
+}
+
+TEST_CASE("worker init args: unknown role, missing role and stray args are refused") {
+  const auto cfg = actor_rollout_ref_config();
+  CHECK_THAT(error_of([&] { ActorRolloutRefWorker(Json{{"config", cfg}, {"role", "critic"}}); }),
+             Catch::Contains("unknown ActorRolloutRefWorker role 'critic'"));
+  CHECK_THROWS_AS(ActorRolloutRefWorker(Json{{"config", cfg}}), KeyError);
+  CHECK_THROWS_AS(ActorRolloutRefWorker(Json{{"config", cfg}, {"role", "actor"}, {"extra", 1}}), KeyError);
+  CHECK_THROWS_AS(CriticWorker(Json{{"cfg", critic_config()}}), KeyError);
+  ActorRolloutRefWorker ok(Json{{"config", cfg}, {"role", "actor_rollout_ref"}});
+  CHECK(ok.role() == Role::actor_rollout_ref);
+  CHECK_THROWS_WITH(ok.compute_log_prob(workers_test::prompts(2)), Catch::Contains("init_model"));
+}
+
+TEST_CASE("mini-batch normalization: x rollout.n, / world size; must divide and fit micro-batches") {
+  CHECK(normalized_mini_batch_size(4, 2, 2, 2, "p") == 4);
+  CHECK(normalized_mini_batch_size(256, 1, 1, std::nullopt, "p") == 256);
+  CHECK_THAT(error_of([] { normalized_mini_batch_size(3, 1, 2, std::nullopt, "actor.ppo_mini_batch_size"); }),
+             Catch::Contains("actor.ppo_mini_batch_size") && Catch::Contains("2 workers"));
+  CHECK_THAT(error_of([] { normalized_mini_batch_size(6, 1, 1, 4, "p"); }), Catch::Contains("micro-batch size 4"));
+}
+
+TEST_CASE("fixed micro-batches of 10 rows by 4 are 4,4,2 in order") {
+  auto data = workers_test::prompts(10);
+  auto mb = make_micro_batches(data, ForwardBatching{.micro_batch_size_per_gpu = 4}, "t");
+  REQUIRE(mb.batches.size() == 3);
+  CHECK(mb.batches[0].size() == 4);
+  CHECK(mb.batches[2].size() == 2);
+  CHECK(mb.order.empty());
+  CHECK(make_micro_batches(data, ForwardBatching{}, "t").batches.size() == 1);
+}
+
+TEST_CASE("dynamic micro-batches: ceil(tokens / max) groups balanced by tokens, order restores rows") {
+  auto data = workers_test::prompts(8);  // 5,4,3,2,5,4,3,2 tokens = 28
+  auto mb = make_micro_batches(data, ForwardBatching{.use_dynamic_bsz = true, .max_token_len_per_gpu = 10}, "t");
+  REQUIRE(mb.batches.size() == 3);
+  int64_t rows = 0;
+  for (const auto& b : mb.batches) {
+    rows += b.size();
+    CHECK(b.batch.at("attention_mask").sum().item<int64_t>() <= 10);
+  }
+  CHECK(rows == 8);
+  auto joined = DataProto::concat(mb.batches);
+  auto restored = restore_order(joined, mb.order);
+  CHECK(torch::equal(restored.batch.at("input_ids"), data.batch.at("input_ids")));
+  CHECK_THAT(error_of([&] {
+               make_micro_batches(data, ForwardBatching{.use_dynamic_bsz = true, .max_token_len_per_gpu = 4}, "compute_log_prob");
+             }),
+             Catch::Contains("compute_log_prob") && Catch::Contains("5 tokens"));
+}
+
+TEST_CASE("balanced partitions put the largest first into the lightest group") {
+  auto groups = balanced_partitions({5, 1, 4, 2, 3, 3}, 3);  // sums 6, 6, 6
+  REQUIRE(groups.size() == 3);
+  std::vector<int64_t> w = {5, 1, 4, 2, 3, 3};
+  for (const auto& g : groups) {
+    int64_t sum = 0;
+    for (auto i : g) sum += w[static_cast<size_t>(i)];
+    CHECK(sum == 6);
+    CHECK(std::is_sorted(g.begin(), g.end()));
+  }
+  CHECK_THROWS_AS(balanced_partitions({1, 2}, 3), ValueError);
+}
+
+TEST_CASE("optimizer: warmup schedule from lr_warmup_steps_ratio and the logged lr before each step") {
+  auto p = torch::zeros({3}, torch::requires_grad());
+  OptimConfig o;
+  o.lr = 1.0;
+  o.lr_warmup_steps_ratio = 0.5;
+  o.total_training_steps = 4;  // warmup 2 steps: lr 0, 0.5, then 1
+  DataParallelOptimizer opt({p}, o, nullptr, "actor.optim");
+  CHECK(opt.lr() == Approx(0.0));
+  opt.scheduler_step();
+  CHECK(opt.lr() == Approx(0.5));
+  opt.scheduler_step();
+  CHECK(opt.lr() == Approx(1.0));
+  OptimConfig missing_total;
+  missing_total.lr_warmup_steps_ratio = 0.1;
+  CHECK_THAT(error_of([&] { DataParallelOptimizer({p}, missing_total, nullptr, "actor.optim"); }),
+             Catch::Contains("actor.optim.lr_warmup_steps_ratio"));
+}
+
+TEST_CASE("optimizer: a non-finite gradient norm skips the step and zeroes the gradients") {
+  auto p = torch::ones({2}, torch::requires_grad());
+  OptimConfig o;
+  o.lr = 0.1;
+  o.lr_warmup_steps = 0;
+  DataParallelOptimizer opt({p}, o, nullptr, "optim");
+  p.mutable_grad() = torch::tensor({std::numeric_limits<float>::infinity(), 1.0f});
+  const double norm = opt.step(1.0);
+  CHECK_FALSE(std::isfinite(norm));
+  CHECK(torch::equal(p.detach(), torch::ones({2})));
+  CHECK(p.grad().abs().sum().item<double>() == 0.0);
+  p.mutable_grad() = torch::tensor({3.0f, 4.0f});
+  CHECK(opt.step(1.0) == Approx(5.0));
+  CHECK(p.detach()[0].item<double>() < 1.0);
+}
+
+TEST_CASE("optimizer state and schedule position survive save and load") {
+  auto a = torch::ones({4}, torch::requires_grad());
+  auto b = torch::ones({4}, torch::requires_grad());
+  OptimConfig o;
+  o.lr = 0.1;
+  o.lr_warmup_steps = 3;
+  DataParallelOptimizer first({a}, o, nullptr, "optim"), second({b}, o, nullptr, "optim");
+  for (int i = 0; i < 2; ++i) {
+    first.scheduler_step();
+    a.mutable_grad() = torch::full({4}, 0.5f);
+    first.step(10.0);
+  }
+  workers_test::TempDir dir("optim");
+  first.save(dir.path / "optim.pt");
+  second.load(dir.path / "optim.pt");
+  {
+    torch::NoGradGuard g;
+    b.copy_(a);
+  }
+  CHECK(second.scheduler_steps() == 2);
+  CHECK(second.lr() == Approx(first.lr()));
+  a.mutable_grad() = torch::full({4}, -0.25f);
+  b.mutable_grad() = torch::full({4}, -0.25f);
+  first.step(10.0);
+  second.step(10.0);
+  CHECK(torch::equal(a.detach(), b.detach()));
+  CHECK_THROWS_AS(second.load(dir.path / "missing.pt"), FormatError);
+}

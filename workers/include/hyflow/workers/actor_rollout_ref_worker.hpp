@@ -1,0 +1,84 @@
+#pragma once
+// ActorRolloutRefWorker: the policy (actor role), its rollout and the frozen reference
+// policy, alone or combined in one worker (verl's roles actor, rollout, ref, actor_rollout,
+// actor_rollout_ref). Init args: {"config": <actor_rollout_ref subtree>, "role": "..."}.
+// Methods and dispatch modes are verl's; see docs/workers.md.
+
+#include <hyflow/actors/method_table.hpp>
+#include <hyflow/actors/worker.hpp>
+#include <hyflow/models/llama.hpp>
+#include <hyflow/workers/config.hpp>
+
+#include <ATen/core/Generator.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace hyflow::workers {
+
+class DataParallelOptimizer;
+
+class ActorRolloutRefWorker : public Worker {
+ public:
+  /// Parses and checks the config (errors name the key); loads nothing yet.
+  explicit ActorRolloutRefWorker(const Json& args);
+  ~ActorRolloutRefWorker() override;
+
+  /// Loads the model(s) from model.path, builds the optimizer (actor role) and seeds the
+  /// rollout generator with rollout.seed + rank. ONE_TO_ALL.
+  void init_model();
+
+  /// Left-padded prompts (input_ids, attention_mask, position_ids) -> rollout batch
+  /// (prompts, responses, input_ids, attention_mask, position_ids, response_mask,
+  /// rollout_log_probs when rollout.calculate_log_probs). meta_info may override do_sample,
+  /// validate (use val_kwargs), temperature, top_p, top_k, response_length. DP_COMPUTE_PROTO.
+  DataProto generate_sequences(DataProto prompts);
+
+  /// {"old_log_probs", "entropys"} (B, R) of the current policy; meta_info["temperature"]
+  /// (default rollout.temperature) divides the logits. DP_COMPUTE_PROTO.
+  DataProto compute_log_prob(DataProto data);
+
+  /// {"ref_log_prob"} (B, R) of the reference policy. DP_COMPUTE_PROTO.
+  DataProto compute_ref_log_prob(DataProto data);
+
+  /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient
+  /// accumulation, gradients averaged over the group, clipping with the non-finite skip,
+  /// one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
+  DataProto update_actor(DataProto data);
+
+  /// Model (rank 0, Hugging Face format, with the tokenizer files of model.path), optimizer
+  /// and lr schedule step plus RNG state (one file per rank). ONE_TO_ALL.
+  void save_checkpoint(std::string dir, int64_t global_step);
+  /// Restores what save_checkpoint wrote (same world size). ONE_TO_ALL.
+  void load_checkpoint(std::string dir);
+
+  Role role() const { return role_; }
+  const ActorRolloutRefConfig& config() const { return config_; }
+  /// The policy (actor/rollout roles) once init_model ran; null otherwise.
+  models::CausalLM policy() const { return policy_; }
+
+  /// parameter_digest() of the policy's weights on this rank (the ref model's for the ref role);
+  /// for tests and sync checks. ONE_TO_ALL.
+  std::string parameter_digest() const;
+
+  static void define_methods(MethodTable<ActorRolloutRefWorker>& t);
+
+ private:
+  void require_initialized(const char* method) const;
+  DataProto log_probs_of(models::CausalLM& model, const DataProto& data, const ForwardBatching& batching,
+                         bool with_entropy, const char* method);
+
+  ActorRolloutRefConfig config_;
+  Role role_;
+  c10::Device device_;
+  std::shared_ptr<ProcessGroup> group_;
+  models::CausalLM policy_{nullptr};
+  models::CausalLM ref_{nullptr};
+  std::unique_ptr<DataParallelOptimizer> optimizer_;
+  std::optional<at::Generator> rollout_generator_;
+  int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
+};
+
+}  // namespace hyflow::workers

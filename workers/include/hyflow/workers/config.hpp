@@ -1,0 +1,135 @@
+#pragma once
+// Configs of the role workers, read from the JSON of verl's config subtrees with verl's key
+// names and defaults (actor_rollout_ref, critic, reward_model). Keys verl has but hyflow does
+// not use (fsdp_config, strategy, vLLM settings...) are accepted and ignored; any other key,
+// and any value of the wrong type or out of range, is a hyflow::ValueError / KeyError naming
+// the full key path ("actor_rollout_ref.actor.ppo_epochs").
+
+#include <hyflow/trainer/core_algos.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hyflow::workers {
+
+using Json = nlohmann::json;
+
+/// *.optim: AdamW with verl's defaults and the lr warmup schedule.
+struct OptimConfig {
+  double lr = 1e-6;
+  double weight_decay = 0.01;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  int64_t lr_warmup_steps = -1;        ///< < 0: lr_warmup_steps_ratio * total_training_steps
+  double lr_warmup_steps_ratio = 0.0;
+  std::string lr_scheduler_type = "constant";  ///< constant | cosine
+  double min_lr_ratio = 0.0;
+  double num_cycles = 0.5;
+  int64_t total_training_steps = -1;   ///< injected by the trainer; needed by cosine and ratios
+  /// Warmup steps after resolving the ratio (ValueError when a ratio needs an unknown total).
+  int64_t resolved_warmup_steps(const std::string& path) const;
+};
+
+/// Micro-batching of a forward-only pass (log-probs, values, rm scores).
+struct ForwardBatching {
+  std::optional<int64_t> micro_batch_size_per_gpu;  ///< unset: the whole chunk at once
+  bool use_dynamic_bsz = false;
+  int64_t max_token_len_per_gpu = 16384;
+};
+
+/// actor_rollout_ref.actor
+struct ActorSection {
+  int64_t ppo_mini_batch_size = 256;                  ///< prompts per mini-batch (before ×n, ÷world)
+  std::optional<int64_t> ppo_micro_batch_size_per_gpu;  ///< unset: one micro-batch per mini-batch
+  bool use_dynamic_bsz = false;
+  int64_t ppo_max_token_len_per_gpu = 16384;
+  int64_t ppo_epochs = 1;
+  double entropy_coeff = 0.0;
+  bool calculate_entropy = false;  ///< log actor/entropy even when entropy_coeff is 0
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  std::string kl_loss_type = "low_var_kl";
+  double grad_clip = 1.0;
+  core_algos::ActorConfig loss;  ///< clip ratios, loss_agg_mode, policy_loss, tau_*
+  OptimConfig optim;
+};
+
+/// actor_rollout_ref.rollout.val_kwargs
+struct ValKwargs {
+  int64_t n = 1;
+  bool do_sample = false;
+  double temperature = 0.0;
+  int64_t top_k = -1;
+  double top_p = 1.0;
+};
+
+/// actor_rollout_ref.rollout
+struct RolloutSection {
+  int64_t n = 1;
+  double temperature = 1.0;
+  int64_t top_k = -1;
+  double top_p = 1.0;
+  double min_p = 0.0;
+  bool do_sample = true;
+  int64_t prompt_length = 512;
+  int64_t response_length = 512;
+  bool calculate_log_probs = false;
+  int64_t seed = 0;  ///< rank r samples with a generator seeded seed + r
+  ValKwargs val_kwargs;
+  ForwardBatching log_prob;  ///< log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz, ...
+};
+
+/// *.model
+struct ModelSection {
+  std::string path;
+  bool enable_gradient_checkpointing = false;
+};
+
+/// actor_rollout_ref: model, actor, rollout, ref.
+struct ActorRolloutRefConfig {
+  ModelSection model;
+  ActorSection actor;
+  RolloutSection rollout;
+  ForwardBatching ref;  ///< ref.log_prob_* (defaults: the actor's dynamic-bsz settings)
+};
+
+/// critic
+struct CriticConfig {
+  ModelSection model;
+  OptimConfig optim;  ///< verl's critic lr default is 1e-5
+  int64_t ppo_mini_batch_size = 256;
+  std::optional<int64_t> ppo_micro_batch_size_per_gpu;
+  bool use_dynamic_bsz = false;
+  int64_t ppo_max_token_len_per_gpu = 32768;
+  ForwardBatching forward;  ///< forward_micro_batch_size_per_gpu, forward_max_token_len_per_gpu
+  int64_t ppo_epochs = 1;
+  double cliprange_value = 0.5;
+  std::string loss_agg_mode = "token-mean";
+  double grad_clip = 1.0;
+  int64_t rollout_n = 1;  ///< ppo_mini_batch_size counts prompts: ×rollout_n
+};
+
+/// reward_model
+struct RewardModelConfig {
+  ModelSection model;
+  ForwardBatching forward;  ///< micro_batch_size_per_gpu, use_dynamic_bsz, forward_max_token_len_per_gpu
+};
+
+/// The roles an ActorRolloutRefWorker may take.
+enum class Role { actor, rollout, ref, actor_rollout, actor_rollout_ref };
+/// "actor" ... "actor_rollout_ref"; ValueError listing the valid names otherwise.
+Role parse_role(const std::string& role);
+const char* to_string(Role role);
+bool has_actor(Role role);
+bool has_rollout(Role role);
+bool has_ref(Role role);
+
+ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json);
+CriticConfig parse_critic_config(const Json& json);
+RewardModelConfig parse_reward_model_config(const Json& json);
+
+}  // namespace hyflow::workers

@@ -1,0 +1,88 @@
+#pragma once
+// Data parallelism of the role workers: the process group shared by the roles colocated in
+// one worker, and the optimizer that averages gradients over it so that every rank takes the
+// same step (weights stay identical on every rank). Sharded (FSDP) training plugs in here: a
+// sharded optimizer implements the same zero_grad / step / save / load.
+
+#include <hyflow/workers/config.hpp>
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::optim {
+class AdamW;
+}
+
+namespace hyflow {
+class ProcessGroup;
+class Worker;
+namespace core_algos {
+class LambdaLR;
+}
+}  // namespace hyflow
+
+namespace hyflow::workers {
+
+/// The gloo group of `worker`'s worker group, created on first use (a rendezvous: every rank
+/// must call it) and shared by every role hosted in the same worker, so colocated roles do
+/// not each bind the master port. Null for a world size of 1.
+std::shared_ptr<ProcessGroup> shared_process_group(const Worker& worker);
+
+/// Copies rank 0's parameters to every rank (one collective over a flat buffer), so that
+/// ranks start identical even where loading initializes something at random (a fresh value
+/// head). No-op without a group.
+void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group);
+
+/// FNV-1a hash (hex) over the bytes of every parameter in order: equal on two ranks exactly
+/// when their weights are bit-identical.
+std::string parameter_digest(const std::vector<at::Tensor>& parameters);
+
+/// AdamW (verl's defaults) with the warmup schedule, gradient averaging over `group` and
+/// gradient clipping with the non-finite skip.
+class DataParallelOptimizer {
+ public:
+  /// `path` names the optim config in errors ("actor_rollout_ref.actor.optim").
+  DataParallelOptimizer(std::vector<at::Tensor> parameters, const OptimConfig& config,
+                        std::shared_ptr<ProcessGroup> group, const std::string& path);
+  ~DataParallelOptimizer();
+
+  void zero_grad();
+  /// All-reduces (averages) the gradients over the group, clips their global norm to
+  /// max_norm and steps; a non-finite norm skips the step and zeroes the gradients (the
+  /// same on every rank: the norm is computed after averaging). Returns the norm before
+  /// clipping.
+  double step(double max_norm);
+  /// The learning rate the next step uses.
+  double lr() const;
+  /// Advances the lr schedule by one update call.
+  void scheduler_step();
+  int64_t scheduler_steps() const { return scheduler_steps_; }
+
+  /// Optimizer state and schedule position of this rank.
+  void save(const std::filesystem::path& file) const;
+  /// FormatError naming the file when it is missing or does not fit these parameters.
+  void load(const std::filesystem::path& file);
+
+ private:
+  void reset_schedule(int64_t steps);
+
+  std::vector<at::Tensor> parameters_;
+  OptimConfig config_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<core_algos::LambdaLR> scheduler_;
+  int64_t scheduler_steps_ = 0;
+  int64_t warmup_steps_ = 0;
+};
+
+/// Saves / restores the torch default CPU generator and `extra` (e.g. the rollout sampling
+/// generator) with the schedule-independent bits of a worker checkpoint.
+void save_rng_state(const std::filesystem::path& file, const at::Generator* extra);
+void load_rng_state(const std::filesystem::path& file, at::Generator* extra);
+
+}  // namespace hyflow::workers

@@ -1,0 +1,38 @@
+#pragma once
+// Mini- and micro-batching of a rank's data (verl's data.split and rearrange_micro_batches).
+
+#include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/workers/config.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace hyflow::workers {
+
+/// Micro-batches of one batch. With dynamic batch size the rows are regrouped: `order[i]` is
+/// the input row that sits at position i of the concatenated micro-batches.
+struct MicroBatches {
+  std::vector<DataProto> batches;
+  std::vector<int64_t> order;  ///< empty: rows keep their order
+};
+
+/// Fixed size: consecutive pieces of micro_batch_size_per_gpu rows (the whole batch when
+/// unset). Dynamic: min(rows, ceil(Σ tokens / max_token_len)) micro-batches balanced by
+/// token count (tokens = attention_mask row sums); ValueError when one row alone exceeds
+/// max_token_len, naming `what`.
+MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what);
+
+/// Puts rows of `concatenated` (micro-batch order) back into input order.
+DataProto restore_order(const DataProto& concatenated, const std::vector<int64_t>& order);
+
+/// Balanced partition of `weights` into `parts` non-empty groups (largest first, each into the
+/// lightest group); groups hold ascending indices. Needs 1 <= parts <= weights.size().
+std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>& weights, int64_t parts);
+
+/// Rows per rank of a mini-batch: ppo_mini_batch_size (prompts) × rollout_n ÷ world_size;
+/// ValueError naming `path` when it does not divide evenly or is not a multiple of the micro
+/// batch size.
+int64_t normalized_mini_batch_size(int64_t ppo_mini_batch_size, int64_t rollout_n, int64_t world_size,
+                                   const std::optional<int64_t>& micro_batch_size, const std::string& path);
+
+}  // namespace hyflow::workers

@@ -1,0 +1,199 @@
+#include <hyflow/workers/actor_rollout_ref_worker.hpp>
+
+#include "worker_common.hpp"
+
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/models/generation.hpp>
+#include <hyflow/models/response_scores.hpp>
+#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/workers/micro_batches.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+namespace hyflow::workers {
+
+namespace fs = std::filesystem;
+using detail::require_keys;
+
+namespace {
+const std::vector<std::string> kScoreKeys = {"input_ids", "attention_mask", "position_ids", "responses"};
+
+std::string role_arg(const Json& args) {
+  if (!args.is_object()) throw ValueError("ActorRolloutRefWorker: init args must be an object, got " + args.dump());
+  for (auto it = args.begin(); it != args.end(); ++it)
+    if (it.key() != "config" && it.key() != "role")
+      throw KeyError("ActorRolloutRefWorker: unknown init arg '" + it.key() + "' (expected config, role)");
+  if (!args.contains("role")) throw KeyError("ActorRolloutRefWorker: init args lack 'role'");
+  if (!args.at("role").is_string()) throw ValueError("ActorRolloutRefWorker: 'role' must be a string");
+  return args.at("role").get<std::string>();
+}
+}  // namespace
+
+ActorRolloutRefWorker::ActorRolloutRefWorker(const Json& args)
+    : config_(parse_actor_rollout_ref_config(args.is_object() && args.contains("config") ? args.at("config") : Json())),
+      role_(parse_role(role_arg(args))),
+      device_(detail::resolve_device(device())) {
+  if (has_actor(role_)) {
+    const auto& a = config_.actor;
+    mini_batch_rows_ = normalized_mini_batch_size(a.ppo_mini_batch_size, config_.rollout.n, world_size(),
+                                                  a.use_dynamic_bsz ? std::nullopt : a.ppo_micro_batch_size_per_gpu,
+                                                  "actor_rollout_ref.actor.ppo_mini_batch_size");
+  }
+}
+
+ActorRolloutRefWorker::~ActorRolloutRefWorker() = default;
+
+void ActorRolloutRefWorker::init_model() {
+  const fs::path path = config_.model.path;
+  if (has_actor(role_) || has_rollout(role_)) {
+    policy_ = models::load_causal_lm(path);
+    policy_->to(device_);
+    policy_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
+  }
+  if (has_ref(role_)) {
+    ref_ = models::load_causal_lm(path);
+    ref_->to(device_);
+    ref_->eval();
+    for (auto& p : ref_->parameters()) p.set_requires_grad(false);
+  }
+  group_ = shared_process_group(*this);
+  if (policy_) broadcast_parameters(policy_->parameters(), group_.get());
+  if (ref_) broadcast_parameters(ref_->parameters(), group_.get());
+  if (has_actor(role_)) {
+    optimizer_ = std::make_unique<DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
+                                                         "actor_rollout_ref.actor.optim");
+  }
+  if (has_rollout(role_))
+    rollout_generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(config_.rollout.seed + rank()));
+}
+
+void ActorRolloutRefWorker::require_initialized(const char* method) const {
+  const bool ready = (policy_ || ref_);
+  if (!ready) throw ValueError(std::string(method) + ": call init_model first");
+}
+
+DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
+  static const std::string method = "generate_sequences";
+  if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
+  require_initialized("generate_sequences");
+  require_keys(prompts, {"input_ids", "attention_mask"}, method);
+  const auto& r = config_.rollout;
+  bool do_sample = r.do_sample;
+  double temperature = r.temperature, top_p = r.top_p;
+  int64_t top_k = r.top_k;
+  if (detail::meta_bool(prompts, "validate", false, method)) {
+    do_sample = r.val_kwargs.do_sample;
+    temperature = r.val_kwargs.temperature;
+    top_p = r.val_kwargs.top_p;
+    top_k = r.val_kwargs.top_k;
+  }
+  do_sample = detail::meta_bool(prompts, "do_sample", do_sample, method);
+  temperature = detail::meta_double(prompts, "temperature", temperature, method);
+  top_p = detail::meta_double(prompts, "top_p", top_p, method);
+  top_k = detail::meta_int(prompts, "top_k", top_k, method);
+  const int64_t response_length = detail::meta_int(prompts, "response_length", r.response_length, method);
+
+  models::GenerationOptions options;
+  options.max_new_tokens = response_length;
+  options.do_sample = do_sample && temperature > 0;
+  options.sampling = ops::SamplingOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = r.min_p};
+  if (!options.do_sample) options.sampling = ops::SamplingOptions{.greedy = true};
+  options.return_log_probs = r.calculate_log_probs;
+  {
+    auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);
+    std::lock_guard lock(rollout_generator_->mutex());
+    options.seed = gen->random64();
+  }
+  DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
+                    prompts.non_tensor_batch, prompts.meta_info);
+  DataProto out = models::generate(policy_, input, options);
+  if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
+  return out;
+}
+
+DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, const DataProto& data,
+                                              const ForwardBatching& batching, bool with_entropy, const char* method) {
+  require_keys(data, {"input_ids", "attention_mask", "responses"}, method);
+  const double temperature = detail::meta_double(data, "temperature", config_.rollout.temperature, method);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto micro = make_micro_batches(detail::on_device(data, kScoreKeys, device_), batching, method);
+  std::vector<at::Tensor> log_probs, entropy;
+  for (const auto& mb : micro.batches) {
+    auto scores = models::compute_response_scores(
+        model, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
+    log_probs.push_back(scores.log_probs.cpu());
+    if (with_entropy) entropy.push_back(scores.entropy.cpu());
+  }
+  TensorDict out{{"log_probs", torch::cat(log_probs)}};
+  if (with_entropy) out.set("entropy", torch::cat(entropy));
+  DataProto result = restore_order(DataProto(std::move(out)), micro.order);
+  result.meta_info = Json{{"temperature", temperature}};
+  return result;
+}
+
+DataProto ActorRolloutRefWorker::compute_log_prob(DataProto data) {
+  if (!has_actor(role_)) throw ValueError(std::string("compute_log_prob needs the actor role; this worker is ") + to_string(role_));
+  require_initialized("compute_log_prob");
+  DataProto out = log_probs_of(policy_, data, config_.rollout.log_prob, /*with_entropy=*/true, "compute_log_prob");
+  out.rename({"log_probs", "entropy"}, {"old_log_probs", "entropys"});
+  return out;
+}
+
+DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
+  if (!has_ref(role_)) throw ValueError(std::string("compute_ref_log_prob needs the ref role; this worker is ") + to_string(role_));
+  require_initialized("compute_ref_log_prob");
+  DataProto out = log_probs_of(ref_, data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
+  out.rename({"log_probs"}, {"ref_log_prob"});
+  return out;
+}
+
+void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step) {
+  require_initialized("save_checkpoint");
+  const fs::path d(dir);
+  fs::create_directories(d);
+  if (rank() == 0) {
+    if (policy_ && has_actor(role_)) {
+      models::save_pretrained(*policy_, policy_->config(), d);
+      detail::copy_tokenizer_files(config_.model.path, d);
+    }
+    detail::write_state(d, "ActorRolloutRefWorker", world_size(), global_step);
+  }
+  if (optimizer_) optimizer_->save(detail::optimizer_file(d, rank(), world_size()));
+  save_rng_state(detail::rng_file(d, rank(), world_size()), rollout_generator_ ? &*rollout_generator_ : nullptr);
+  if (group_) group_->barrier();
+}
+
+void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
+  require_initialized("load_checkpoint");
+  const fs::path d(dir);
+  detail::check_state(d, "ActorRolloutRefWorker", world_size());
+  if (policy_ && has_actor(role_)) {
+    auto tensors = models::load_checkpoint_tensors(d);
+    torch::NoGradGuard no_grad;
+    models::load_parameters(*policy_, tensors, d.string());
+  }
+  if (optimizer_) optimizer_->load(detail::optimizer_file(d, rank(), world_size()));
+  load_rng_state(detail::rng_file(d, rank(), world_size()), rollout_generator_ ? &*rollout_generator_ : nullptr);
+}
+
+std::string ActorRolloutRefWorker::parameter_digest() const {
+  require_initialized("parameter_digest");
+  return workers::parameter_digest(policy_ ? policy_->parameters() : ref_->parameters());
+}
+
+void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t) {
+  t.add("init_model", &ActorRolloutRefWorker::init_model, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("generate_sequences", &ActorRolloutRefWorker::generate_sequences, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("compute_log_prob", &ActorRolloutRefWorker::compute_log_prob, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("compute_ref_log_prob", &ActorRolloutRefWorker::compute_ref_log_prob,
+        {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("update_actor", &ActorRolloutRefWorker::update_actor, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("parameter_digest", &ActorRolloutRefWorker::parameter_digest, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("save_checkpoint", &ActorRolloutRefWorker::save_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("load_checkpoint", &ActorRolloutRefWorker::load_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
+}
+
+}  // namespace hyflow::workers

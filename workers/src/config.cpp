@@ -1,0 +1,321 @@
+#include <hyflow/workers/config.hpp>
+
+#include "config_reader.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace hyflow::workers {
+namespace {
+
+using detail::require;
+using detail::Section;
+
+const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                                 "seq-mean-token-sum-norm"};
+
+void check_loss_agg_mode(const std::string& mode, const std::string& path) {
+  require(std::find(kLossAggModes.begin(), kLossAggModes.end(), mode) != kLossAggModes.end(), path,
+          "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", mode);
+}
+
+void check_positive(int64_t v, const std::string& path) { require(v > 0, path, "> 0", v); }
+void check_positive(const std::optional<int64_t>& v, const std::string& path) {
+  if (v) check_positive(*v, path);
+}
+
+void read_model(Section s, ModelSection& out) {
+  s.read("path", out.path);
+  s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing);
+  s.ignore({"use_remove_padding", "lora_rank", "lora_alpha", "target_modules", "use_fused_kernels", "trust_remote_code",
+            "external_lib", "override_config", "tokenizer_path", "use_shm", "use_liger", "enable_activation_offload",
+            "custom_chat_template", "exclude_modules", "lora_adapter_path", "fused_kernel_options", "input_tokenizer",
+            "fsdp_config", "_target_", "hf_config_path", "load_tokenizer", "use_torch_compile", "dtype"});
+  s.finish();
+  require(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
+}
+
+void check_no_lora(const Json& model, const std::string& path) {
+  if (model.is_object() && model.contains("lora_rank") && model.at("lora_rank").is_number_integer())
+    require(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank", "0 (LoRA is not supported by hyflow yet)",
+            model.at("lora_rank"));
+}
+
+void check_sp(Section& s) {
+  int64_t sp = 1;
+  s.read("ulysses_sequence_parallel_size", sp);
+  require(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
+}
+
+void read_optim(Section s, OptimConfig& o) {
+  s.read("lr", o.lr);
+  s.read("weight_decay", o.weight_decay);
+  if (s.has("betas")) {
+    std::vector<double> betas;
+    s.read("betas", betas);
+    require(betas.size() == 2, s.key_path("betas"), "a list of two numbers", betas);
+    o.betas = {betas[0], betas[1]};
+  } else {
+    s.ignore({"betas"});
+  }
+  s.read("eps", o.eps);
+  s.read("lr_warmup_steps", o.lr_warmup_steps);
+  s.read("lr_warmup_steps_ratio", o.lr_warmup_steps_ratio);
+  // verl renamed warmup_style to lr_scheduler_type; both spellings are read.
+  if (s.has("warmup_style")) s.read("warmup_style", o.lr_scheduler_type);
+  else s.ignore({"warmup_style"});
+  s.read("lr_scheduler_type", o.lr_scheduler_type);
+  s.read("min_lr_ratio", o.min_lr_ratio);
+  s.read("num_cycles", o.num_cycles);
+  s.read("total_training_steps", o.total_training_steps);
+  s.ignore({"clip_grad", "optimizer", "optimizer_impl", "override_optimizer_config", "_target_", "weight_decay_incr",
+            "lr_scheduler_kwargs", "zero_indexed_step"});
+  s.finish();
+  require(o.lr >= 0, s.key_path("lr"), ">= 0", o.lr);
+  require(o.weight_decay >= 0, s.key_path("weight_decay"), ">= 0", o.weight_decay);
+  for (double b : o.betas) require(b >= 0 && b < 1, s.key_path("betas"), "two numbers in [0, 1)", o.betas);
+  require(o.eps > 0, s.key_path("eps"), "> 0", o.eps);
+  require(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1, s.key_path("lr_warmup_steps_ratio"),
+          "in [0, 1]", o.lr_warmup_steps_ratio);
+  require(o.lr_scheduler_type == "constant" || o.lr_scheduler_type == "cosine", s.key_path("lr_scheduler_type"),
+          "constant or cosine", o.lr_scheduler_type);
+  require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, s.key_path("min_lr_ratio"), "in [0, 1]", o.min_lr_ratio);
+  if (o.lr_scheduler_type == "cosine")
+    require(o.total_training_steps > 0, s.key_path("total_training_steps"),
+            "> 0 for the cosine schedule (the trainer sets it)", o.total_training_steps);
+  (void)o.resolved_warmup_steps(s.key_path("lr_warmup_steps_ratio"));
+}
+
+void read_forward(Section& s, ForwardBatching& f, const char* micro_key, const char* dyn_key, const char* max_key) {
+  s.read(micro_key, f.micro_batch_size_per_gpu);
+  s.read(dyn_key, f.use_dynamic_bsz);
+  s.read(max_key, f.max_token_len_per_gpu);
+  check_positive(f.micro_batch_size_per_gpu, s.key_path(micro_key));
+  check_positive(f.max_token_len_per_gpu, s.key_path(max_key));
+}
+
+void check_kl_type(const std::string& type, const std::string& path) {
+  try {
+    auto x = torch::zeros({1, 1});
+    (void)core_algos::kl_penalty(x, x, type);
+  } catch (const Error& e) {
+    throw ValueError("config key '" + path + "' has an unknown KL type '" + type + "' (" + e.what() + ")");
+  }
+}
+
+void read_actor(Section s, ActorSection& a) {
+  s.read("ppo_mini_batch_size", a.ppo_mini_batch_size);
+  s.read("ppo_micro_batch_size_per_gpu", a.ppo_micro_batch_size_per_gpu);
+  s.read("use_dynamic_bsz", a.use_dynamic_bsz);
+  s.read("ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
+  s.read("ppo_epochs", a.ppo_epochs);
+  s.read("entropy_coeff", a.entropy_coeff);
+  s.read("calculate_entropy", a.calculate_entropy);
+  s.read("use_kl_loss", a.use_kl_loss);
+  s.read("kl_loss_coef", a.kl_loss_coef);
+  s.read("kl_loss_type", a.kl_loss_type);
+  s.read("grad_clip", a.grad_clip);
+  auto& l = a.loss;
+  s.read("clip_ratio", l.clip_ratio);
+  s.read("clip_ratio_low", l.clip_ratio_low);
+  s.read("clip_ratio_high", l.clip_ratio_high);
+  s.read("clip_ratio_c", l.clip_ratio_c);
+  s.read("loss_agg_mode", l.loss_agg_mode);
+  s.read("loss_scale_factor", l.loss_scale_factor);
+  s.read("tau_pos", l.tau_pos);
+  s.read("tau_neg", l.tau_neg);
+  {
+    Section p = s.sub("policy_loss");
+    p.read("loss_mode", l.policy_loss.loss_mode);
+    p.read("clip_cov_ratio", l.policy_loss.clip_cov_ratio);
+    p.read("clip_cov_lb", l.policy_loss.clip_cov_lb);
+    p.read("clip_cov_ub", l.policy_loss.clip_cov_ub);
+    p.read("kl_cov_ratio", l.policy_loss.kl_cov_ratio);
+    p.read("ppo_kl_coef", l.policy_loss.ppo_kl_coef);
+    p.ignore({"_target_"});
+    p.finish();
+    try {
+      (void)core_algos::get_policy_loss_fn(l.policy_loss.loss_mode);
+    } catch (const Error& e) {
+      throw ValueError("config key '" + p.key_path("loss_mode") + "': " + e.what());
+    }
+  }
+  read_optim(s.sub("optim"), a.optim);
+  check_sp(s);
+  s.ignore({"shuffle", "data_loader_seed", "strategy", "ppo_micro_batch_size", "fsdp_config", "checkpoint", "use_torch_compile", "profiler",
+            "entropy_checkpointing", "entropy_from_logits_with_chunking", "use_fused_kernels", "_target_",
+            "use_remove_padding", "rollout_n", "ppo_infer_micro_batch_size_per_gpu", "ppo_infer_max_token_len_per_gpu",
+            "use_prefix_grouper", "router_replay", "megatron", "load_weight", "nccl_timeout", "engine",
+            "sum_pi_squared_checkpointing", "calculate_sum_pi_squared", "qat", "use_rollout_log_probs"});
+  s.finish();
+  check_positive(a.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
+  check_positive(a.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
+  check_positive(a.ppo_max_token_len_per_gpu, s.key_path("ppo_max_token_len_per_gpu"));
+  check_positive(a.ppo_epochs, s.key_path("ppo_epochs"));
+  require(a.grad_clip > 0, s.key_path("grad_clip"), "> 0", a.grad_clip);
+  require(l.clip_ratio_c > 1, s.key_path("clip_ratio_c"), "> 1", l.clip_ratio_c);
+  require(l.clip_ratio >= 0, s.key_path("clip_ratio"), ">= 0", l.clip_ratio);
+  check_loss_agg_mode(l.loss_agg_mode, s.key_path("loss_agg_mode"));
+  if (a.use_kl_loss) check_kl_type(a.kl_loss_type, s.key_path("kl_loss_type"));
+}
+
+void read_val_kwargs(Section s, ValKwargs& v) {
+  s.read("n", v.n);
+  s.read("do_sample", v.do_sample);
+  s.read("temperature", v.temperature);
+  s.read("top_k", v.top_k);
+  s.read("top_p", v.top_p);
+  s.ignore({"_target_"});
+  s.finish();
+  check_positive(v.n, s.key_path("n"));
+}
+
+void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
+  s.read("n", r.n);
+  s.read("temperature", r.temperature);
+  s.read("top_k", r.top_k);
+  s.read("top_p", r.top_p);
+  s.read("min_p", r.min_p);
+  s.read("do_sample", r.do_sample);
+  s.read("prompt_length", r.prompt_length);
+  s.read("response_length", r.response_length);
+  s.read("calculate_log_probs", r.calculate_log_probs);
+  s.read("seed", r.seed);
+  read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
+  r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
+  r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
+  read_forward(s, r.log_prob, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
+               "log_prob_max_token_len_per_gpu");
+  s.ignore({"name", "mode", "tensor_model_parallel_size", "data_parallel_size", "expert_parallel_size",
+            "pipeline_model_parallel_size", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
+            "max_model_len", "free_cache_engine", "enforce_eager", "cudagraph_capture_sizes", "load_format",
+            "layered_summon", "dtype", "ignore_eos", "enable_chunked_prefill", "enable_prefix_caching",
+            "disable_log_stats", "log_prob_micro_batch_size", "multi_turn", "agent", "engine_kwargs", "trace",
+            "profiler", "over_sample_rate", "skip_rollout", "skip_dump_dir",
+            "update_weights_bucket_megabytes", "layer_name_map", "_target_", "multi_stage_wake_up", "custom",
+            "enable_rollout_routing_replay", "skip_tokenizer_init", "limit_images", "repetition_penalty",
+            "checkpoint_engine", "quantization", "mtp", "prometheus", "server", "nnodes", "n_gpus_per_node",
+            "async_rollout"});
+  s.finish();
+  check_positive(r.n, s.key_path("n"));
+  check_positive(r.response_length, s.key_path("response_length"));
+  require(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
+  require(r.top_p > 0 && r.top_p <= 1, s.key_path("top_p"), "in (0, 1]", r.top_p);
+  require(r.min_p >= 0 && r.min_p <= 1, s.key_path("min_p"), "in [0, 1]", r.min_p);
+  require(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true", r.temperature);
+}
+
+}  // namespace
+
+int64_t OptimConfig::resolved_warmup_steps(const std::string& path) const {
+  if (lr_warmup_steps >= 0) return lr_warmup_steps;
+  if (lr_warmup_steps_ratio == 0.0) return 0;
+  require(total_training_steps > 0, path, "0 unless total_training_steps is set (the trainer sets it)",
+          lr_warmup_steps_ratio);
+  return static_cast<int64_t>(lr_warmup_steps_ratio * static_cast<double>(total_training_steps));
+}
+
+Role parse_role(const std::string& role) {
+  if (role == "actor") return Role::actor;
+  if (role == "rollout") return Role::rollout;
+  if (role == "ref") return Role::ref;
+  if (role == "actor_rollout") return Role::actor_rollout;
+  if (role == "actor_rollout_ref") return Role::actor_rollout_ref;
+  throw ValueError("unknown ActorRolloutRefWorker role '" + role +
+                   "' (valid: actor, rollout, ref, actor_rollout, actor_rollout_ref)");
+}
+
+const char* to_string(Role role) {
+  switch (role) {
+    case Role::actor: return "actor";
+    case Role::rollout: return "rollout";
+    case Role::ref: return "ref";
+    case Role::actor_rollout: return "actor_rollout";
+    case Role::actor_rollout_ref: return "actor_rollout_ref";
+  }
+  return "?";
+}
+
+bool has_actor(Role r) { return r == Role::actor || r == Role::actor_rollout || r == Role::actor_rollout_ref; }
+bool has_rollout(Role r) { return r == Role::rollout || r == Role::actor_rollout || r == Role::actor_rollout_ref; }
+bool has_ref(Role r) { return r == Role::ref || r == Role::actor_rollout_ref; }
+
+ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
+  ActorRolloutRefConfig c;
+  Section s(json, "actor_rollout_ref");
+  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "actor_rollout_ref.model");
+  read_model(s.sub("model"), c.model);
+  read_actor(s.sub("actor"), c.actor);
+  read_rollout(s.sub("rollout"), c.rollout, c.actor);
+  {
+    Section r = s.sub("ref");
+    c.ref.use_dynamic_bsz = c.actor.use_dynamic_bsz;
+    c.ref.max_token_len_per_gpu = c.actor.ppo_max_token_len_per_gpu;
+    read_forward(r, c.ref, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
+                 "log_prob_max_token_len_per_gpu");
+    check_sp(r);
+    r.ignore({"strategy", "fsdp_config", "log_prob_micro_batch_size", "use_torch_compile", "profiler",
+              "entropy_checkpointing", "entropy_from_logits_with_chunking", "_target_", "model", "megatron",
+              "load_weight", "router_replay", "rollout_n"});
+    r.finish();
+  }
+  s.ignore({"hybrid_engine", "nccl_timeout", "_target_"});
+  s.finish();
+  return c;
+}
+
+CriticConfig parse_critic_config(const Json& json) {
+  CriticConfig c;
+  c.optim.lr = 1e-5;
+  Section s(json, "critic");
+  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "critic.model");
+  read_model(s.sub("model"), c.model);
+  read_optim(s.sub("optim"), c.optim);
+  s.read("ppo_mini_batch_size", c.ppo_mini_batch_size);
+  s.read("ppo_micro_batch_size_per_gpu", c.ppo_micro_batch_size_per_gpu);
+  s.read("use_dynamic_bsz", c.use_dynamic_bsz);
+  s.read("ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
+  c.forward.micro_batch_size_per_gpu = c.ppo_micro_batch_size_per_gpu;
+  c.forward.use_dynamic_bsz = c.use_dynamic_bsz;
+  c.forward.max_token_len_per_gpu = c.ppo_max_token_len_per_gpu;
+  s.read("forward_micro_batch_size_per_gpu", c.forward.micro_batch_size_per_gpu);
+  s.read("forward_max_token_len_per_gpu", c.forward.max_token_len_per_gpu);
+  s.read("ppo_epochs", c.ppo_epochs);
+  s.read("cliprange_value", c.cliprange_value);
+  s.read("loss_agg_mode", c.loss_agg_mode);
+  s.read("grad_clip", c.grad_clip);
+  s.read("rollout_n", c.rollout_n);
+  check_sp(s);
+  s.ignore({"shuffle", "data_loader_seed", "enable", "strategy", "ppo_micro_batch_size", "forward_micro_batch_size", "checkpoint", "profiler",
+            "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine", "loss_scale_factor"});
+  s.finish();
+  check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
+  check_positive(c.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
+  check_positive(c.forward.micro_batch_size_per_gpu, s.key_path("forward_micro_batch_size_per_gpu"));
+  check_positive(c.ppo_max_token_len_per_gpu, s.key_path("ppo_max_token_len_per_gpu"));
+  check_positive(c.forward.max_token_len_per_gpu, s.key_path("forward_max_token_len_per_gpu"));
+  check_positive(c.ppo_epochs, s.key_path("ppo_epochs"));
+  check_positive(c.rollout_n, s.key_path("rollout_n"));
+  require(c.cliprange_value >= 0, s.key_path("cliprange_value"), ">= 0", c.cliprange_value);
+  require(c.grad_clip > 0, s.key_path("grad_clip"), "> 0", c.grad_clip);
+  check_loss_agg_mode(c.loss_agg_mode, s.key_path("loss_agg_mode"));
+  return c;
+}
+
+RewardModelConfig parse_reward_model_config(const Json& json) {
+  RewardModelConfig c;
+  Section s(json, "reward_model");
+  read_model(s.sub("model"), c.model);
+  read_forward(s, c.forward, "micro_batch_size_per_gpu", "use_dynamic_bsz", "forward_max_token_len_per_gpu");
+  check_sp(s);
+  s.ignore({"enable", "enable_resource_pool", "n_gpus_per_node", "nnodes", "strategy", "micro_batch_size", "max_length",
+            "reward_manager", "launch_reward_fn_async", "sandbox_fusion", "use_reward_loop", "reward_kwargs",
+            "profiler", "_target_", "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name",
+            "num_workers", "rollout"});
+  s.finish();
+  return c;
+}
+
+}  // namespace hyflow::workers

@@ -1,0 +1,162 @@
+#include <hyflow/workers/critic_worker.hpp>
+
+#include "worker_common.hpp"
+
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/workers/micro_batches.hpp>
+
+#include <torch/torch.h>
+
+namespace hyflow::workers {
+
+namespace fs = std::filesystem;
+
+namespace {
+const Json& config_arg(const Json& args, const char* worker) {
+  if (!args.is_object()) throw ValueError(std::string(worker) + ": init args must be an object, got " + args.dump());
+  for (auto it = args.begin(); it != args.end(); ++it)
+    if (it.key() != "config") throw KeyError(std::string(worker) + ": unknown init arg '" + it.key() + "' (expected config)");
+  if (!args.contains("config")) throw KeyError(std::string(worker) + ": init args lack 'config'");
+  return args.at("config");
+}
+
+const std::vector<std::string> kForwardKeys = {"input_ids", "attention_mask", "position_ids", "responses",
+                                               "response_mask"};
+}  // namespace
+
+CriticWorker::CriticWorker(const Json& args)
+    : config_(parse_critic_config(config_arg(args, "CriticWorker"))), device_(detail::resolve_device(device())) {
+  mini_batch_rows_ = normalized_mini_batch_size(
+      config_.ppo_mini_batch_size, config_.rollout_n, world_size(),
+      config_.use_dynamic_bsz ? std::nullopt : config_.ppo_micro_batch_size_per_gpu, "critic.ppo_mini_batch_size");
+}
+
+CriticWorker::~CriticWorker() = default;
+
+void CriticWorker::init_model() {
+  model_ = models::load_value_model(config_.model.path);
+  model_->to(device_);
+  model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
+  group_ = shared_process_group(*this);
+  broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
+  optimizer_ = std::make_unique<DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
+}
+
+void CriticWorker::require_initialized(const char* method) const {
+  if (!model_) throw ValueError(std::string(method) + ": call init_model first");
+}
+
+at::Tensor CriticWorker::response_values(const DataProto& mb) {
+  const auto& mask = mb.batch.at("attention_mask");
+  auto positions = mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
+  auto values = model_(mb.batch.at("input_ids"), mask, positions);  // (B, T)
+  const int64_t R = mb.batch.at("responses").size(1), T = values.size(1);
+  return values.narrow(1, T - R - 1, R);  // position t values the state before token t + 1
+}
+
+DataProto CriticWorker::compute_values(DataProto data) {
+  static const std::string method = "compute_values";
+  require_initialized("compute_values");
+  detail::require_keys(data, {"input_ids", "attention_mask", "responses"}, method);
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  auto micro = make_micro_batches(detail::on_device(data, kForwardKeys, device_), config_.forward, method);
+  std::vector<at::Tensor> parts;
+  for (const auto& mb : micro.batches) {
+    auto values = response_values(mb);
+    const int64_t R = values.size(1);
+    auto mask = mb.batch.contains("response_mask") ? mb.batch.at("response_mask")
+                                                   : mb.batch.at("attention_mask").narrow(1, mb.batch.at("attention_mask").size(1) - R, R);
+    parts.push_back((values * mask).cpu());
+  }
+  return restore_order(DataProto(TensorDict{{"values", torch::cat(parts)}}), micro.order);
+}
+
+DataProto CriticWorker::update_critic(DataProto data) {
+  static const std::string method = "update_critic";
+  require_initialized("update_critic");
+  std::vector<std::string> keys = {"input_ids", "attention_mask", "responses", "response_mask", "values", "returns"};
+  detail::require_keys(data, keys, method);
+  keys.push_back("position_ids");
+  const DataProto batch = detail::on_device(data, keys, device_);
+  const ForwardBatching micro_batching{.micro_batch_size_per_gpu = config_.ppo_micro_batch_size_per_gpu,
+                                       .use_dynamic_bsz = config_.use_dynamic_bsz,
+                                       .max_token_len_per_gpu = config_.ppo_max_token_len_per_gpu};
+  std::vector<std::pair<std::string, std::vector<double>>> metrics = {
+      {"critic/vf_loss", {}}, {"critic/vf_clipfrac", {}}, {"critic/vpred_mean", {}}, {"critic/grad_norm", {}},
+      {"critic/lr", {}}};
+  model_->train();
+  const auto mini_batches = batch.split(mini_batch_rows_);
+  for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
+    for (const auto& mini : mini_batches) {
+      const auto micro = make_micro_batches(mini, micro_batching, method);
+      optimizer_->zero_grad();
+      for (const auto& mb : micro.batches) {
+        const double scale = config_.use_dynamic_bsz
+                                 ? static_cast<double>(mb.size()) / static_cast<double>(mini.size())
+                                 : 1.0 / static_cast<double>(micro.batches.size());
+        auto vpreds = response_values(mb);
+        const auto& mask = mb.batch.at("response_mask");
+        auto vf = core_algos::compute_value_loss(vpreds, mb.batch.at("returns"), mb.batch.at("values"), mask,
+                                                 config_.cliprange_value, config_.loss_agg_mode);
+        (vf.vf_loss * scale).backward();
+        metrics[0].second.push_back(vf.vf_loss.item<double>() * scale);
+        metrics[1].second.push_back(vf.vf_clipfrac.item<double>());
+        metrics[2].second.push_back(core_algos::masked_mean(vpreds.detach(), mask).item<double>());
+      }
+      metrics[3].second.push_back(optimizer_->step(config_.grad_clip));
+    }
+  }
+  optimizer_->zero_grad();
+  metrics[4].second.push_back(optimizer_->lr());
+  optimizer_->scheduler_step();
+  DataProto out;
+  out.meta_info = Json{{"metrics", detail::metrics_json(metrics)}};
+  return out;
+}
+
+void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
+  require_initialized("save_checkpoint");
+  const fs::path d(dir);
+  fs::create_directories(d);
+  if (rank() == 0) {
+    models::save_pretrained(*model_, model_->config(), d);
+    detail::copy_tokenizer_files(config_.model.path, d);
+    detail::write_state(d, "CriticWorker", world_size(), global_step);
+  }
+  optimizer_->save(detail::optimizer_file(d, rank(), world_size()));
+  save_rng_state(detail::rng_file(d, rank(), world_size()), nullptr);
+  if (group_) group_->barrier();
+}
+
+void CriticWorker::load_checkpoint(std::string dir) {
+  require_initialized("load_checkpoint");
+  const fs::path d(dir);
+  detail::check_state(d, "CriticWorker", world_size());
+  {
+    auto tensors = models::load_checkpoint_tensors(d);
+    torch::NoGradGuard no_grad;
+    models::load_parameters(*model_, tensors, d.string());
+  }
+  optimizer_->load(detail::optimizer_file(d, rank(), world_size()));
+  load_rng_state(detail::rng_file(d, rank(), world_size()), nullptr);
+}
+
+std::string CriticWorker::parameter_digest() const {
+  if (!model_) throw ValueError("parameter_digest: call init_model first");
+  return workers::parameter_digest(model_->parameters());
+}
+
+void CriticWorker::define_methods(MethodTable<CriticWorker>& t) {
+  t.add("init_model", &CriticWorker::init_model, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("compute_values", &CriticWorker::compute_values, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("update_critic", &CriticWorker::update_critic, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("parameter_digest", &CriticWorker::parameter_digest, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("save_checkpoint", &CriticWorker::save_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("load_checkpoint", &CriticWorker::load_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
+}
+
+}  // namespace hyflow::workers

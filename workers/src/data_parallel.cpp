@@ -1,0 +1,200 @@
+#include <hyflow/workers/data_parallel.hpp>
+
+#include <hyflow/actors/worker.hpp>
+#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/trainer/lr_schedule.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+namespace hyflow::workers {
+
+namespace {
+struct GroupSlot {
+  std::mutex mutex;
+  std::weak_ptr<ProcessGroup> group;
+};
+
+std::shared_ptr<GroupSlot> slot_for(const std::string& key) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<GroupSlot>> slots;
+  std::lock_guard lock(mutex);
+  auto& slot = slots[key];
+  if (!slot) slot = std::make_shared<GroupSlot>();
+  return slot;
+}
+}  // namespace
+
+std::shared_ptr<ProcessGroup> shared_process_group(const Worker& worker) {
+  if (worker.world_size() <= 1) return nullptr;
+  const auto& env = worker.env();
+  const std::string key = env.master_addr + ":" + std::to_string(env.master_port) + "#" + std::to_string(env.rank) +
+                          "/" + std::to_string(env.world_size);
+  auto slot = slot_for(key);
+  std::lock_guard lock(slot->mutex);  // per rank: other ranks rendezvous concurrently
+  if (auto group = slot->group.lock()) return group;
+  auto group = std::make_shared<ProcessGroup>(ProcessGroupOptions{.rank = env.rank,
+                                                                  .world_size = env.world_size,
+                                                                  .master_addr = env.master_addr,
+                                                                  .master_port = env.master_port,
+                                                                  .name = "hyflow.workers"});
+  slot->group = group;
+  return group;
+}
+
+void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group) {
+  if (!group || parameters.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat;
+  flat.reserve(parameters.size());
+  for (const auto& p : parameters) flat.push_back(p.detach().reshape({-1}).to(torch::kFloat64));
+  auto buffer = torch::cat(flat);
+  group->broadcast(buffer, 0);
+  int64_t offset = 0;
+  for (const auto& p : parameters) {
+    const int64_t n = p.numel();
+    p.detach().copy_(buffer.narrow(0, offset, n).view(p.sizes()));
+    offset += n;
+  }
+}
+
+std::string parameter_digest(const std::vector<at::Tensor>& parameters) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& p : parameters) {
+    auto bytes = p.detach().cpu().contiguous();
+    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
+    const size_t n = static_cast<size_t>(bytes.numel()) * bytes.element_size();
+    for (size_t i = 0; i < n; ++i) {
+      hash ^= data[i];
+      hash *= 1099511628211ull;
+    }
+  }
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(hash));
+  return out;
+}
+
+DataParallelOptimizer::DataParallelOptimizer(std::vector<at::Tensor> parameters, const OptimConfig& config,
+                                             std::shared_ptr<ProcessGroup> group, const std::string& path)
+    : parameters_(std::move(parameters)), config_(config), group_(std::move(group)) {
+  warmup_steps_ = config_.resolved_warmup_steps(path + ".lr_warmup_steps_ratio");
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      parameters_, torch::optim::AdamWOptions(config_.lr)
+                       .betas({config_.betas[0], config_.betas[1]})
+                       .eps(config_.eps)
+                       .weight_decay(config_.weight_decay));
+  reset_schedule(0);
+}
+
+DataParallelOptimizer::~DataParallelOptimizer() = default;
+
+void DataParallelOptimizer::reset_schedule(int64_t steps) {
+  core_algos::LrLambda lambda =
+      config_.lr_scheduler_type == "cosine"
+          ? core_algos::get_cosine_schedule_with_warmup(warmup_steps_, config_.total_training_steps,
+                                                        config_.min_lr_ratio, config_.num_cycles)
+          : core_algos::get_constant_schedule_with_warmup(warmup_steps_);
+  scheduler_.reset();
+  for (auto& g : optimizer_->param_groups()) g.options().set_lr(config_.lr);
+  scheduler_ = std::make_unique<core_algos::LambdaLR>(*optimizer_, std::move(lambda));
+  for (int64_t i = 0; i < steps; ++i) scheduler_->step();
+  scheduler_steps_ = steps;
+}
+
+void DataParallelOptimizer::zero_grad() {
+  for (auto& p : parameters_)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+double DataParallelOptimizer::step(double max_norm) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters_)
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  if (group_) {
+    // one flat buffer, one collective
+    std::vector<at::Tensor> flat;
+    flat.reserve(parameters_.size());
+    for (auto& p : parameters_) flat.push_back(p.grad().reshape({-1}));
+    auto buffer = torch::cat(flat);
+    group_->all_reduce(buffer, ReduceOp::avg);
+    int64_t offset = 0;
+    for (auto& p : parameters_) {
+      const int64_t n = p.numel();
+      p.mutable_grad().copy_(buffer.narrow(0, offset, n).view_as(p));
+      offset += n;
+    }
+  }
+  const double norm = torch::nn::utils::clip_grad_norm_(parameters_, max_norm);
+  if (std::isfinite(norm)) {
+    optimizer_->step();
+  } else {
+    zero_grad();
+  }
+  return norm;
+}
+
+double DataParallelOptimizer::lr() const { return scheduler_->get_last_lr().front(); }
+
+void DataParallelOptimizer::scheduler_step() {
+  scheduler_->step();
+  ++scheduler_steps_;
+}
+
+void DataParallelOptimizer::save(const std::filesystem::path& file) const {
+  torch::serialize::OutputArchive archive;
+  optimizer_->save(archive);
+  archive.write("scheduler_steps", torch::tensor(scheduler_steps_, torch::kLong));
+  archive.save_to(file.string());
+}
+
+void DataParallelOptimizer::load(const std::filesystem::path& file) {
+  if (!std::filesystem::is_regular_file(file))
+    throw FormatError("optimizer checkpoint '" + file.string() + "' does not exist");
+  torch::serialize::InputArchive archive;
+  at::Tensor steps;
+  try {
+    archive.load_from(file.string());
+    optimizer_->load(archive);
+    archive.read("scheduler_steps", steps);
+  } catch (const c10::Error& e) {
+    throw FormatError("optimizer checkpoint '" + file.string() + "' cannot be loaded: " + e.what_without_backtrace());
+  }
+  reset_schedule(steps.item<int64_t>());
+}
+
+void save_rng_state(const std::filesystem::path& file, const at::Generator* extra) {
+  torch::serialize::OutputArchive archive;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard lock(gen.mutex());
+    archive.write("cpu", gen.get_state());
+  }
+  if (extra) archive.write("extra", extra->get_state());
+  archive.save_to(file.string());
+}
+
+void load_rng_state(const std::filesystem::path& file, at::Generator* extra) {
+  if (!std::filesystem::is_regular_file(file)) throw FormatError("RNG checkpoint '" + file.string() + "' does not exist");
+  torch::serialize::InputArchive archive;
+  at::Tensor cpu, other;
+  try {
+    archive.load_from(file.string());
+    archive.read("cpu", cpu);
+    if (extra) archive.read("extra", other);
+  } catch (const c10::Error& e) {
+    throw FormatError("RNG checkpoint '" + file.string() + "' cannot be loaded: " + e.what_without_backtrace());
+  }
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard lock(gen.mutex());
+    gen.set_state(cpu);
+  }
+  if (extra) extra->set_state(other);
+}
+
+}  // namespace hyflow::workers

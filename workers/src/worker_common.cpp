@@ -1,0 +1,115 @@
+#include "worker_common.hpp"
+
+#include <torch/torch.h>
+
+#include <fstream>
+
+namespace hyflow::workers::detail {
+
+void require_keys(const DataProto& data, const std::vector<std::string>& keys, const std::string& method) {
+  for (const auto& key : keys) {
+    if (data.batch.contains(key)) continue;
+    std::string have;
+    for (const auto& k : data.batch.keys()) have += (have.empty() ? "" : ", ") + k;
+    throw KeyError(method + ": the batch lacks the tensor '" + key + "' (has: " + have + ")");
+  }
+}
+
+namespace {
+const Json* meta_entry(const DataProto& data, const std::string& key) {
+  if (!data.meta_info.is_object() || !data.meta_info.contains(key) || data.meta_info.at(key).is_null()) return nullptr;
+  return &data.meta_info.at(key);
+}
+[[noreturn]] void bad_meta(const std::string& method, const std::string& key, const Json& v, const char* wanted) {
+  throw ValueError(method + ": meta_info['" + key + "'] must be " + wanted + ", got " + v.dump());
+}
+}  // namespace
+
+double meta_double(const DataProto& data, const std::string& key, double fallback, const std::string& method) {
+  const Json* v = meta_entry(data, key);
+  if (!v) return fallback;
+  if (!v->is_number()) bad_meta(method, key, *v, "a number");
+  return v->get<double>();
+}
+
+int64_t meta_int(const DataProto& data, const std::string& key, int64_t fallback, const std::string& method) {
+  const Json* v = meta_entry(data, key);
+  if (!v) return fallback;
+  if (!v->is_number_integer()) bad_meta(method, key, *v, "an integer");
+  return v->get<int64_t>();
+}
+
+bool meta_bool(const DataProto& data, const std::string& key, bool fallback, const std::string& method) {
+  const Json* v = meta_entry(data, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) bad_meta(method, key, *v, "a boolean");
+  return v->get<bool>();
+}
+
+c10::Device resolve_device(const std::string& device) {
+  c10::Device d(device.empty() ? std::string("cpu") : device);
+  if (d.is_cuda() && !torch::cuda::is_available()) return c10::Device(c10::kCPU);
+  return d;
+}
+
+DataProto on_device(const DataProto& data, const std::vector<std::string>& keys, const c10::Device& device) {
+  TensorDict out;
+  for (const auto& k : keys)
+    if (data.batch.contains(k)) out.set(k, data.batch.at(k).to(device));
+  return DataProto(std::move(out), {}, data.meta_info);
+}
+
+std::filesystem::path optimizer_file(const std::filesystem::path& dir, int rank, int world_size) {
+  return dir / ("optim_world_size_" + std::to_string(world_size) + "_rank_" + std::to_string(rank) + ".pt");
+}
+
+std::filesystem::path rng_file(const std::filesystem::path& dir, int rank, int world_size) {
+  return dir / ("extra_state_world_size_" + std::to_string(world_size) + "_rank_" + std::to_string(rank) + ".pt");
+}
+
+std::filesystem::path state_file(const std::filesystem::path& dir) { return dir / "hyflow_worker_state.json"; }
+
+void copy_tokenizer_files(const std::filesystem::path& model_dir, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (fs::equivalent(model_dir, dir)) return;
+  for (const auto& entry : fs::directory_iterator(model_dir)) {
+    if (!entry.is_regular_file()) continue;
+    const auto name = entry.path().filename().string();
+    if (name == "config.json" || name == "model.safetensors.index.json" || entry.path().extension() == ".safetensors")
+      continue;
+    fs::copy_file(entry.path(), dir / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+void write_state(const std::filesystem::path& dir, const std::string& worker, int world_size, int64_t global_step) {
+  std::ofstream out(state_file(dir));
+  out << Json{{"worker", worker}, {"world_size", world_size}, {"global_step", global_step}}.dump(2) << "\n";
+  if (!out) throw Error("cannot write '" + state_file(dir).string() + "'");
+}
+
+void check_state(const std::filesystem::path& dir, const std::string& worker, int world_size) {
+  const auto file = state_file(dir);
+  std::ifstream in(file);
+  if (!in) throw FormatError("checkpoint '" + dir.string() + "' has no " + file.filename().string());
+  Json state;
+  try {
+    in >> state;
+  } catch (const Json::exception& e) {
+    throw FormatError("checkpoint state '" + file.string() + "' is not JSON: " + e.what());
+  }
+  if (!state.is_object() || !state.contains("worker") || !state.contains("world_size"))
+    throw FormatError("checkpoint state '" + file.string() + "' lacks 'worker' or 'world_size'");
+  if (state.at("worker") != worker)
+    throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("worker").dump() + ", not " + worker);
+  if (state.at("world_size") != world_size)
+    throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("world_size").dump() +
+                     " workers; this group has " + std::to_string(world_size));
+}
+
+nlohmann::json metrics_json(const std::vector<std::pair<std::string, std::vector<double>>>& metrics) {
+  Json out = Json::object();
+  for (const auto& [name, values] : metrics) out[name] = values;
+  return out;
+}
+
+}  // namespace hyflow::workers::detail
