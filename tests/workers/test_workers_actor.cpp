@@ -238,3 +238,41 @@ TEST_CASE("roles limit methods: a ref worker cannot generate or update; update_a
                                 WorkerSpec{"ActorRolloutRefWorker", {{"config", actor_rollout_ref_config(3)}, {"role", "actor"}}}),
                     Catch::Contains("ppo_mini_batch_size"));
 }
+
+TEST_CASE("every registered policy loss and loss_agg_mode runs an update with finite metrics") {
+  Runtime rt;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"vanilla", "seq-mean-token-mean"}, {"vanilla", "seq-mean-token-sum"}, {"vanilla", "seq-mean-token-sum-norm"},
+      {"gspo", "token-mean"}, {"sapo", "token-mean"}, {"gpg", "token-mean"}, {"clip_cov", "token-mean"},
+      {"kl_cov", "token-mean"}, {"geo_mean", "token-mean"}, {"cispo", "token-mean"}};
+  auto sampler = actor_group(rt, 1, actor_rollout_ref_config(4));
+  DataProto batch = training_batch(sampler, 4);
+  for (const auto& [mode, agg] : cases) {
+    CAPTURE(mode, agg);
+    auto wg = actor_group(rt, 1, actor_rollout_ref_config(4, {{"ppo_epochs", 2}, {"loss_agg_mode", agg}, {"policy_loss", {{"loss_mode", mode}}}}));
+    const auto before = digests(wg);
+    DataProto out = wg.call(&ActorRolloutRefWorker::update_actor, batch);
+    for (auto it = metrics_of(out).begin(); it != metrics_of(out).end(); ++it)
+      for (double v : flat_metric(metrics_of(out), it.key())) CHECK(std::isfinite(v));
+    CHECK(digests(wg) != before);
+  }
+}
+
+TEST_CASE("log-probs with dynamic batch size come back in input order, equal to fixed micro-batches") {
+  Runtime rt;
+  auto fixed = actor_group(rt, 2, actor_rollout_ref_config(4));
+  auto config = actor_rollout_ref_config(4);
+  config["rollout"]["log_prob_use_dynamic_bsz"] = true;
+  config["rollout"]["log_prob_max_token_len_per_gpu"] = 14;
+  config["ref"] = {{"log_prob_use_dynamic_bsz", true}, {"log_prob_max_token_len_per_gpu", 12}};
+  auto dynamic = actor_group(rt, 2, config);
+  auto p = prompts(6);
+  p.meta_info["do_sample"] = false;
+  DataProto gen = fixed.call(&ActorRolloutRefWorker::generate_sequences, p);
+  DataProto a = fixed.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  DataProto b = dynamic.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  CHECK(torch::allclose(a.batch.at("old_log_probs"), b.batch.at("old_log_probs"), 1e-5, 1e-5));
+  CHECK(torch::allclose(a.batch.at("entropys"), b.batch.at("entropys"), 1e-5, 1e-5));
+  DataProto r = dynamic.call(&ActorRolloutRefWorker::compute_ref_log_prob, gen);
+  CHECK(torch::allclose(r.batch.at("ref_log_prob"), a.batch.at("old_log_probs"), 1e-5, 1e-5));
+}

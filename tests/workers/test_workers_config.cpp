@@ -231,3 +231,25 @@ TEST_CASE("optimizer state and schedule position survive save and load") {
   CHECK(torch::equal(a.detach(), b.detach()));
   CHECK_THROWS_AS(second.load(dir.path / "missing.pt"), FormatError);
 }
+
+TEST_CASE("optimizer: cosine schedule with warmup decays to min_lr_ratio at total_training_steps") {
+  auto p = torch::zeros({1}, torch::requires_grad());
+  OptimConfig o;
+  o.lr = 2.0;
+  o.lr_scheduler_type = "cosine";
+  o.lr_warmup_steps = 2;
+  o.total_training_steps = 6;
+  o.min_lr_ratio = 0.1;
+  DataParallelOptimizer opt({p}, o, nullptr, "optim");
+  std::vector<double> lrs;
+  for (int i = 0; i <= 6; ++i) {
+    lrs.push_back(opt.lr());
+    opt.scheduler_step();
+  }
+  CHECK(lrs[0] == Approx(0.0));
+  CHECK(lrs[1] == Approx(1.0));
+  CHECK(lrs[2] == Approx(2.0));
+  // halfway through the decay: (1 + min) / 2
+  CHECK(lrs[4] == Approx(2.0 * 0.55));
+  CHECK(lrs[6] == Approx(2.0 * 0.1));
+}
