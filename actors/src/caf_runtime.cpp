@@ -2,6 +2,7 @@
 // requests, monitors workers, runs the watchdog) and the in-process launcher. The call
 // pipeline itself (worker_group.cpp) never sees CAF.
 #include <hyflow/actors/caf_inspect.hpp>
+#include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/detail/pending_call.hpp>
 #include <hyflow/actors/runtime.hpp>
@@ -16,19 +17,17 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::detail::PendingCall>)  // 
 
 namespace hyflow::detail {
 
-using init_atom = caf::atom_constant<caf::atom("hf_init")>;
-using call_atom = caf::atom_constant<caf::atom("hf_call")>;
+using caf_protocol::call_atom;
+using caf_protocol::errc;
+using caf_protocol::init_atom;
+using caf_protocol::worker_actor;
 using submit_atom = caf::atom_constant<caf::atom("hf_submit")>;
 using tick_atom = caf::atom_constant<caf::atom("hf_tick")>;
 using kill_atom = caf::atom_constant<caf::atom("hf_kill")>;
 
-enum class errc : uint8_t { method_failed = 1, init_failed = 2, worker_exit = 3 };
 inline caf::error make_error(errc code, std::string kind, std::string message) {
   return {static_cast<uint8_t>(code), caf::atom("hyflow"), caf::make_message(std::move(kind), std::move(message))};
 }
-
-using worker_actor = caf::typed_actor<caf::replies_to<init_atom, std::string, std::string>::with<std::string>,
-                                      caf::replies_to<call_atom, std::string, std::vector<Value>>::with<Value>>;
 
 namespace {
 
@@ -298,8 +297,7 @@ class CafTransport : public Transport {
 
 struct RuntimeConfig : caf::actor_system_config {
   explicit RuntimeConfig(const RuntimeOptions& o) {
-    add_message_type<DataProto>("hyflow::DataProto");
-    add_message_type<Value>("hyflow::Value");
+    caf_protocol::register_types(*this);
     if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
   }
 };
@@ -326,7 +324,7 @@ class InProcessLauncher : public WorkerLauncher {
   explicit InProcessLauncher(RuntimeCore& core) : core_(core) {}
   std::vector<WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override {
     std::vector<worker_actor> actors;
-    for (size_t i = 0; i < envs.size(); ++i) actors.push_back(core_.system.spawn<caf::detached>(worker_behavior));
+    for (size_t i = 0; i < envs.size(); ++i) actors.push_back(caf_protocol::spawn_worker(core_.system));
     {
       std::lock_guard lock(core_.mutex);
       for (auto& a : actors) core_.launched.push_back(a.address());
@@ -353,7 +351,7 @@ class InProcessLauncher : public WorkerLauncher {
       std::rethrow_exception(failure);
     }
     std::vector<WorkerRef> out;
-    for (size_t i = 0; i < envs.size(); ++i) out.push_back(std::make_shared<CafWorkerHandle>(actors[i], spec, envs[i]));
+    for (size_t i = 0; i < envs.size(); ++i) out.push_back(caf_protocol::make_worker_ref(actors[i], spec, envs[i]));
     return out;
   }
 
@@ -363,6 +361,30 @@ class InProcessLauncher : public WorkerLauncher {
 }  // namespace
 
 }  // namespace hyflow::detail
+
+namespace hyflow::caf_protocol {
+
+void register_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<DataProto>("hyflow::DataProto");
+  cfg.add_message_type<Value>("hyflow::Value");
+  cfg.add_actor_type("hyflow.worker", detail::worker_behavior);
+  cfg.add_error_category(caf::atom("hyflow"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
+    const char* name = code == static_cast<uint8_t>(errc::method_failed) ? "method_failed"
+                       : code == static_cast<uint8_t>(errc::init_failed)  ? "init_failed"
+                                                                           : "worker_exit";
+    return std::string("hyflow::") + name + (ctx.empty() ? "" : caf::to_string(ctx));
+  });
+}
+
+worker_actor spawn_worker(caf::actor_system& sys) { return sys.spawn<caf::detached>(detail::worker_behavior); }
+
+WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env) {
+  return std::make_shared<detail::CafWorkerHandle>(std::move(actor), std::move(spec), std::move(env));
+}
+
+caf::actor_system& system_of(Runtime& runtime) { return runtime.core_->system; }
+
+}  // namespace hyflow::caf_protocol
 
 namespace hyflow {
 

@@ -1,5 +1,8 @@
 // Value on the wire: what a remote worker call would carry (CAF binary serialization).
+#include "test_workers.hpp"
+
 #include <hyflow/actors/caf_inspect.hpp>
+#include <hyflow/actors/caf_protocol.hpp>
 
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
@@ -52,4 +55,45 @@ TEST_CASE("a truncated Value is an error, not a crash") {
   caf::binary_deserializer source{sys, buf};
   Value out;
   CHECK(static_cast<bool>(source(out)));
+}
+
+namespace {
+/// A launcher that speaks the worker protocol itself, as the cluster layer's will: spawn,
+/// hf_init with spec and environment, wrap the handle.
+class ProtocolLauncher : public WorkerLauncher {
+ public:
+  explicit ProtocolLauncher(Runtime& rt) : rt_(rt) {}
+  std::vector<WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override {
+    auto& sys = caf_protocol::system_of(rt_);
+    caf::scoped_actor self{sys};
+    std::vector<WorkerRef> out;
+    for (const auto& env : envs) {
+      auto worker = caf_protocol::spawn_worker(sys);
+      self->request(worker, std::chrono::seconds(10), caf_protocol::init_atom::value, spec.to_json().dump(),
+                    env.to_json().dump())
+          .receive([](std::string&) {}, [&](caf::error& e) { throw Error("init failed: " + sys.render(e)); });
+      out.push_back(caf_protocol::make_worker_ref(worker, spec, env));
+      ++launched;
+    }
+    return out;
+  }
+  int launched = 0;
+
+ private:
+  Runtime& rt_;
+};
+}  // namespace
+
+TEST_CASE("a launcher built on the CAF worker protocol places the workers of a group") {
+  test::register_test_workers();
+  auto rt = std::make_unique<Runtime>();
+  auto launcher = std::make_shared<ProtocolLauncher>(*rt);
+  rt->set_launcher(launcher);
+  {
+    WorkerGroup wg(*rt, ResourcePool({3}), WorkerSpec{"EchoWorker", Json::object()});
+    CHECK(launcher->launched == 3);
+    std::vector<std::string> who = wg.call(&test::EchoWorker::whoami);
+    CHECK(who[2] == "rank 2/3");
+  }
+  rt.reset();
 }

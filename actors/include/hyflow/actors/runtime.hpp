@@ -10,7 +10,16 @@
 #include <string>
 #include <vector>
 
+namespace caf {
+class actor_system;
+}
+
 namespace hyflow {
+
+class Runtime;
+namespace caf_protocol {
+caf::actor_system& system_of(Runtime& runtime);
+}
 
 /// One launched worker, opaque to the call pipeline (a CAF actor handle inside).
 class WorkerHandle {
@@ -74,6 +83,7 @@ class Runtime {
   std::shared_ptr<detail::Transport> connect(std::vector<WorkerRef> workers, bool owns_workers);
 
  private:
+  friend caf::actor_system& caf_protocol::system_of(Runtime& runtime);
   std::shared_ptr<detail::RuntimeCore> core_;
 };
 

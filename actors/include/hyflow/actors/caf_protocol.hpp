@@ -1,0 +1,49 @@
+#pragma once
+// The worker protocol on CAF, for code that places workers itself (the cluster layer's
+// caf-node and remote launcher). Only CAF translation units include this header.
+//
+//   worker  <- ("hf_init", spec json, env json)        -> worker name   (constructs the class)
+//   worker  <- ("hf_call", method, std::vector<Value>) -> Value         (runs one method)
+//
+// Errors come back in the "hyflow" error category with context (exception kind, message).
+
+#include <hyflow/actors/caf_inspect.hpp>
+#include <hyflow/actors/runtime.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <string>
+#include <vector>
+
+namespace hyflow::caf_protocol {
+
+using init_atom = caf::atom_constant<caf::atom("hf_init")>;
+using call_atom = caf::atom_constant<caf::atom("hf_call")>;
+
+using worker_actor = caf::typed_actor<caf::replies_to<init_atom, std::string, std::string>::with<std::string>,
+                                      caf::replies_to<call_atom, std::string, std::vector<Value>>::with<Value>>;
+
+/// Error codes of the "hyflow" category.
+enum class errc : uint8_t { method_failed = 1, init_failed = 2, worker_exit = 3 };
+
+/// Registers what every node needs: DataProto and Value message types, the "hyflow" error
+/// category, and the actor type "hyflow.worker" (a worker waiting for hf_init) for
+/// remote_spawn. remote_spawn cannot make it detached, so a node manager that calls
+/// spawn_worker on request is the better host for blocking compute.
+void register_types(caf::actor_system_config& cfg);
+
+/// Spawns an uninitialized worker actor (detached: its own thread).
+worker_actor spawn_worker(caf::actor_system& sys);
+
+/// Wraps a worker actor (local, or a proxy of a remote one) that has been initialized with
+/// `spec` and `env`, for WorkerGroup (through a WorkerLauncher).
+WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env);
+
+/// The actor system a Runtime runs on.
+caf::actor_system& system_of(Runtime& runtime);
+
+}  // namespace hyflow::caf_protocol
