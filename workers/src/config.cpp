@@ -148,7 +148,8 @@ void read_actor(Section s, ActorSection& a) {
             "entropy_checkpointing", "entropy_from_logits_with_chunking", "use_fused_kernels", "_target_",
             "use_remove_padding", "rollout_n", "ppo_infer_micro_batch_size_per_gpu", "ppo_infer_max_token_len_per_gpu",
             "use_prefix_grouper", "router_replay", "megatron", "load_weight", "nccl_timeout", "engine",
-            "sum_pi_squared_checkpointing", "calculate_sum_pi_squared", "qat", "use_rollout_log_probs"});
+            "sum_pi_squared_checkpointing", "calculate_sum_pi_squared", "qat", "use_rollout_log_probs",
+            "freeze_vision_tower"});
   s.finish();
   check_positive(a.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
   check_positive(a.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
