@@ -1,0 +1,6 @@
+// hyflow-grpo: verl's PPO trainer with algorithm.adv_estimator=grpo (see docs/trainer.md).
+#include <hyflow/trainer/ppo_trainer.hpp>
+
+int main(int argc, char** argv) {
+  return hyflow::trainer::run_ppo_app(argc, argv, "hyflow-grpo", {{"algorithm.adv_estimator", "grpo"}});
+}

@@ -1,0 +1,28 @@
+#pragma once
+// Supervised fine-tuning (verl's fsdp_sft_trainer, single process): right-padded
+// prompt+response rows, token cross-entropy over the response (and eos) tokens, AdamW with
+// warmup + cosine, gradient clipping with the non-finite skip. Without model.partial_pretrain
+// it creates the built-in tiny char-level model (Qwen2 layout) and saves the result in
+// Hugging Face format with the char tokenizer config, ready for the RL trainers.
+
+#include <hyflow/trainer/config.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+namespace hyflow::trainer {
+
+struct SFTResult {
+  std::vector<nlohmann::json> history;  ///< train/loss, train/lr, val/loss per logged step
+  double final_val_loss = 0.0;
+  double val_exact_match = 0.0;  ///< greedy answers equal to the reference response
+};
+
+/// Trains and writes the model to trainer.default_local_dir.
+SFTResult run_sft(const Config& config);
+
+/// main() of hyflow-sft.
+int run_sft_app(int argc, char** argv);
+
+}  // namespace hyflow::trainer

@@ -1,0 +1,497 @@
+// PPOTrainer: verl's fit() step order over colocated worker groups (see docs/trainer.md).
+#include <hyflow/actors/all.hpp>
+#include <hyflow/dataproto/error.hpp>
+#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/ppo_trainer.hpp>
+#include <hyflow/trainer/reward_manager.hpp>
+#include <hyflow/workers/all.hpp>
+
+#include "trainer_metrics.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+namespace hyflow::trainer {
+
+namespace fs = std::filesystem;
+using workers::ActorRolloutRefWorker;
+using workers::CriticWorker;
+using workers::RewardModelWorker;
+
+namespace {
+
+class Timer {
+ public:
+  Timer(nlohmann::json& metrics, const std::string& name) : metrics_(metrics), name_(name), start_(clock::now()) {}
+  ~Timer() { metrics_["timing_s/" + name_] = std::chrono::duration<double>(clock::now() - start_).count(); }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  nlohmann::json& metrics_;
+  std::string name_;
+  clock::time_point start_;
+};
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw Error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+int64_t step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  const std::string prefix = "global_step_";
+  if (name.rfind(prefix, 0) != 0) throw ValueError("checkpoint folder '" + dir.string() + "' is not named global_step_N");
+  try {
+    size_t used = 0;
+    const int64_t n = std::stoll(name.substr(prefix.size()), &used);
+    if (used != name.size() - prefix.size()) throw std::invalid_argument(name);
+    return n;
+  } catch (const std::exception&) {
+    throw ValueError("checkpoint folder '" + dir.string() + "' is not named global_step_N");
+  }
+}
+
+}  // namespace
+
+struct PPOTrainer::Impl {
+  Config config;
+  std::string adv_estimator;
+  bool use_critic = false;
+  bool use_rm = false;
+  bool use_kl_in_reward = false;
+  bool use_kl_loss = false;
+  int64_t n = 1;
+  int64_t world = 1;
+  int64_t train_batch_size = 0;
+  int64_t max_response_length = 0;
+  int64_t max_prompt_length = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  uint64_t data_seed = 1;
+  std::string loss_agg_mode;
+  std::string ckpt_root;
+  std::string metrics_file;
+  core_algos::AlgoConfig algo;
+  std::unique_ptr<core_algos::KLController> kl_ctrl;
+
+  std::shared_ptr<const models::Tokenizer> tokenizer;
+  std::unique_ptr<RLDataset> train_data, val_data;
+  std::unique_ptr<RewardManager> reward_fn, val_reward_fn;
+
+  Runtime runtime;
+  std::optional<WorkerGroup> bundle;
+  std::optional<WorkerGroup> actor, critic, rm;
+  std::vector<nlohmann::json> history;
+
+  explicit Impl(const Config& c) : config(c) {}
+  void setup();
+  nlohmann::json step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
+  nlohmann::json validate();
+  void save_checkpoint(int64_t global_step);
+  int64_t load_checkpoint();
+  void log(const nlohmann::json& metrics, int64_t step, bool progress);
+};
+
+void PPOTrainer::Impl::setup() {
+  const Config& c = config;
+  adv_estimator = c.get_string("algorithm.adv_estimator");
+  (void)core_algos::get_adv_estimator_fn(adv_estimator);  // KeyError naming it early
+  use_critic = c.is_null("critic.enable") ? adv_estimator == "gae" : c.get_bool("critic.enable");
+  use_rm = c.get_bool("reward_model.enable");
+  use_kl_in_reward = c.get_bool("algorithm.use_kl_in_reward");
+  use_kl_loss = c.get_bool("actor_rollout_ref.actor.use_kl_loss");
+  n = c.get_int("actor_rollout_ref.rollout.n");
+  world = c.get_int("trainer.nnodes") * c.get_int("trainer.n_gpus_per_node");
+  train_batch_size = c.get_int("data.train_batch_size");
+  max_prompt_length = c.get_int("data.max_prompt_length");
+  max_response_length = c.get_int("data.max_response_length");
+  data_seed = c.is_null("data.seed") ? 1 : static_cast<uint64_t>(c.get_int("data.seed"));
+  loss_agg_mode = c.get_string("actor_rollout_ref.actor.loss_agg_mode");
+  if (world <= 0) throw ValueError("config keys 'trainer.nnodes' x 'trainer.n_gpus_per_node' must be > 0");
+  if (train_batch_size <= 0) throw ValueError("config key 'data.train_batch_size' must be > 0");
+  if ((train_batch_size * n) % world != 0)
+    throw ValueError("config key 'data.train_batch_size' x rollout.n = " + std::to_string(train_batch_size * n) +
+                     " must be divisible by the " + std::to_string(world) + " workers");
+  algo.gamma = c.get_double("algorithm.gamma");
+  algo.lam = c.get_double("algorithm.lam");
+  algo.adv_estimator = adv_estimator;
+  algo.norm_adv_by_std_in_grpo = c.get_bool("algorithm.norm_adv_by_std_in_grpo");
+  algo.use_kl_in_reward = use_kl_in_reward;
+  algo.kl_penalty = c.get_string("algorithm.kl_penalty");
+  algo.kl_ctrl.type = c.get_string("algorithm.kl_ctrl.type");
+  algo.kl_ctrl.kl_coef = c.get_double("algorithm.kl_ctrl.kl_coef");
+  algo.kl_ctrl.horizon = static_cast<double>(c.get_int("algorithm.kl_ctrl.horizon"));
+  algo.kl_ctrl.target_kl = c.get_double("algorithm.kl_ctrl.target_kl");
+  if (use_kl_in_reward) kl_ctrl = core_algos::get_kl_controller(algo.kl_ctrl);
+
+  const std::string model_path = c.get_string("actor_rollout_ref.model.path");
+  if (model_path.empty()) throw ValueError("config key 'actor_rollout_ref.model.path' is required");
+  tokenizer = load_tokenizer(model_path);
+
+  RLDatasetOptions dopt{.max_prompt_length = max_prompt_length,
+                        .truncation = c.get_string("data.truncation"),
+                        .filter_overlong_prompts = c.get_bool("data.filter_overlong_prompts")};
+  SyntheticTask task{.task = c.get_string("data.synthetic.task"),
+                     .size = c.get_int("data.synthetic.train_size"),
+                     .max_operand = c.get_int("data.synthetic.max_operand"),
+                     .seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed"))};
+  const std::string prompt_key = c.get_string("data.prompt_key");
+  train_data = std::make_unique<RLDataset>(load_samples(c.get_string("data.train_files"), task, prompt_key), tokenizer, dopt);
+  SyntheticTask val_task = task;
+  val_task.size = c.get_int("data.synthetic.val_size");
+  val_task.seed = task.seed + 7919;  // a different draw than the training set
+  val_data = std::make_unique<RLDataset>(load_samples(c.get_string("data.val_files"), val_task, prompt_key), tokenizer, dopt);
+  steps_per_epoch = train_data->size() / train_batch_size;  // drop_last
+  if (steps_per_epoch == 0)
+    throw ValueError("config key 'data.train_batch_size' (" + std::to_string(train_batch_size) +
+                     ") exceeds the training set (" + std::to_string(train_data->size()) + " rows)");
+  total_steps = c.is_null("trainer.total_training_steps") ? steps_per_epoch * c.get_int("trainer.total_epochs")
+                                                          : c.get_int("trainer.total_training_steps");
+
+  std::string cf = c.get_string("custom_reward_function.name");
+  if (cf == "compute_score") cf = "default";
+  const std::string manager = c.get_string("reward_model.reward_manager");
+  RewardManagerOptions ropt{.name = manager,
+                            .compute_score = cf,
+                            .num_examine = 0,
+                            .max_response_length = max_response_length,
+                            .overlong_buffer = {.enable = c.get_bool("reward_model.overlong_buffer.enable"),
+                                                .len = c.get_int("reward_model.overlong_buffer.len"),
+                                                .penalty_factor = c.get_double("reward_model.overlong_buffer.penalty_factor")}};
+  reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
+  ropt.num_examine = 1;
+  val_reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
+
+  ckpt_root = c.is_null("trainer.default_local_dir")
+                  ? "checkpoints/" + c.get_string("trainer.project_name") + "/" + c.get_string("trainer.experiment_name")
+                  : c.get_string("trainer.default_local_dir");
+  metrics_file = c.is_null("trainer.metrics_file") ? ckpt_root + "/metrics.jsonl" : c.get_string("trainer.metrics_file");
+
+  // Worker configs: verl's subtrees, nulls resolved the way verl's trainer resolves them.
+  nlohmann::json arr = c.subtree("actor_rollout_ref");
+  auto& rollout = arr["rollout"];
+  if (!rollout.contains("prompt_length")) rollout["prompt_length"] = max_prompt_length;
+  if (!rollout.contains("response_length")) rollout["response_length"] = max_response_length;
+  rollout["seed"] = c.get_int("trainer.seed");
+  arr["actor"]["optim"]["total_training_steps"] = total_steps;
+  std::vector<std::pair<std::string, WorkerSpec>> roles = {
+      {"actor_rollout_ref", WorkerSpec{"ActorRolloutRefWorker", {{"config", arr}, {"role", "actor_rollout_ref"}}}}};
+  if (use_critic) {
+    nlohmann::json cr = c.subtree("critic");
+    cr.erase("enable");
+    if (cr["model"].value("path", "").empty()) cr["model"]["path"] = model_path;
+    if (!cr.contains("ppo_mini_batch_size")) cr["ppo_mini_batch_size"] = arr["actor"]["ppo_mini_batch_size"];
+    if (!cr.contains("ppo_epochs")) cr["ppo_epochs"] = arr["actor"]["ppo_epochs"];
+    if (!cr.contains("loss_agg_mode")) cr["loss_agg_mode"] = loss_agg_mode;
+    if (!cr.contains("ppo_micro_batch_size_per_gpu") && arr["actor"].contains("ppo_micro_batch_size_per_gpu"))
+      cr["ppo_micro_batch_size_per_gpu"] = arr["actor"]["ppo_micro_batch_size_per_gpu"];
+    cr["rollout_n"] = n;
+    cr["optim"]["total_training_steps"] = total_steps;
+    roles.emplace_back("critic", WorkerSpec{"CriticWorker", {{"config", cr}}});
+  }
+  if (use_rm) {
+    nlohmann::json rmc = {{"model", {{"path", c.get_string("reward_model.model.path")}}}};
+    if (!c.is_null("reward_model.micro_batch_size_per_gpu"))
+      rmc["micro_batch_size_per_gpu"] = c.get_int("reward_model.micro_batch_size_per_gpu");
+    roles.emplace_back("rm", WorkerSpec{"RewardModelWorker", {{"config", rmc}}});
+  }
+  workers::register_workers();
+  std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")), static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
+  bundle.emplace(runtime, ResourcePool(per_node), colocated_spec(roles));
+  std::vector<std::string> names;
+  for (const auto& r : roles) names.push_back(r.first);
+  auto views = bundle->spawn(names);
+  actor.emplace(views.at("actor_rollout_ref"));
+  if (use_critic) critic.emplace(views.at("critic"));
+  if (use_rm) rm.emplace(views.at("rm"));
+}
+
+nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices) {
+  nlohmann::json m = nlohmann::json::object();
+  const auto step_start = std::chrono::steady_clock::now();
+  DataProto batch = train_data->batch(indices);
+  Column uid;
+  for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back("s" + std::to_string(global_step) + "-" + std::to_string(i));
+  batch.non_tensor_batch["uid"] = std::move(uid);
+  DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
+
+  DataProto gen_out;
+  {
+    Timer t(m, "gen");
+    gen_out = actor->call(&ActorRolloutRefWorker::generate_sequences, gen_batch);
+  }
+  batch = batch.repeat(n, /*interleave=*/true);
+  std::optional<at::Tensor> reward_baselines;
+  if (adv_estimator == "remax") {
+    Timer t(m, "gen_max");
+    DataProto greedy_in = gen_batch;
+    greedy_in.meta_info["do_sample"] = false;
+    DataProto greedy = actor->call(&ActorRolloutRefWorker::generate_sequences, greedy_in);
+    greedy.union_with(batch);
+    reward_baselines = (*reward_fn)(greedy).reward_tensor.sum(-1);
+  }
+  batch.union_with(gen_out);
+  if (reward_baselines) batch.batch.set("reward_baselines", *reward_baselines);
+  const int64_t T = batch.batch.at("responses").size(1);
+  if (!batch.batch.contains("response_mask"))
+    batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
+  if (config.get_bool("trainer.balance_batch")) balance_batch(batch, world, m);
+  const auto seq_tokens = batch.batch.at("attention_mask").sum(-1);
+  batch.meta_info["global_token_num"] = std::vector<int64_t>(seq_tokens.data_ptr<int64_t>(), seq_tokens.data_ptr<int64_t>() + seq_tokens.numel());
+
+  {
+    Timer t(m, "reward");
+    if (use_rm) batch.union_with(DataProto(rm->call(&RewardModelWorker::compute_rm_score, batch)));
+    RewardOutput r = (*reward_fn)(batch);
+    batch.batch.set("token_level_scores", r.reward_tensor);
+    for (auto& [k, v] : r.reward_extra_info)
+      if (static_cast<int64_t>(v.size()) == batch.size()) batch.non_tensor_batch[k] = Column(v.begin(), v.end());
+  }
+  {
+    Timer t(m, "old_log_prob");
+    DataProto old = actor->call(&ActorRolloutRefWorker::compute_log_prob, batch);
+    const at::Tensor entropys = old.batch.pop("entropys");
+    m["actor/entropy"] = core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
+    batch.union_with(old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
+  }
+  if (use_kl_loss || use_kl_in_reward) {
+    Timer t(m, "ref");
+    DataProto ref = actor->call(&ActorRolloutRefWorker::compute_ref_log_prob, batch);
+    batch.union_with(ref.select(std::vector<std::string>{"ref_log_prob"}, std::vector<std::string>{}, std::vector<std::string>{}));
+  }
+  if (use_critic) {
+    Timer t(m, "values");
+    DataProto v = critic->call(&CriticWorker::compute_values, batch);
+    batch.union_with(v.select(std::vector<std::string>{"values"}, std::vector<std::string>{}, std::vector<std::string>{}));
+  }
+  {
+    Timer t(m, "adv");
+    if (use_kl_in_reward) {
+      for (const auto& [k, v] : core_algos::apply_kl_penalty(batch, *kl_ctrl, algo.kl_penalty)) m[k] = v;
+    } else {
+      batch.batch.set("token_level_rewards", batch.batch.at("token_level_scores"));
+    }
+    core_algos::AdvantageInputs in;
+    in.token_level_rewards = batch.batch.at("token_level_rewards");
+    in.response_mask = batch.batch.at("response_mask");
+    if (batch.batch.contains("values")) in.values = batch.batch.at("values");
+    std::vector<std::string> index;
+    for (const auto& u : batch.non_tensor_batch.at("uid")) index.push_back(u.get<std::string>());
+    in.index = std::move(index);
+    if (batch.batch.contains("reward_baselines")) in.reward_baselines = batch.batch.at("reward_baselines");
+    in.old_log_probs = batch.batch.at("old_log_probs");
+    in.config = algo;
+    auto out = core_algos::get_adv_estimator_fn(adv_estimator)(in);
+    batch.batch.set("advantages", out.advantages);
+    batch.batch.set("returns", out.returns);
+  }
+  if (use_critic) {
+    Timer t(m, "update_critic");
+    DataProto out = critic->call(&CriticWorker::update_critic, batch);
+    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = reduce_metric(k, v);
+  }
+  if (config.get_int("trainer.critic_warmup") <= global_step) {
+    Timer t(m, "update_actor");
+    DataProto out = actor->call(&ActorRolloutRefWorker::update_actor, batch);
+    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = reduce_metric(k, v);
+  }
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  m["timing_s/step"] = step_s;
+  add_data_metrics(batch, use_critic, m);
+  add_timing_and_throughput_metrics(batch, world, m);
+  m["training/global_step"] = global_step;
+  m["training/epoch"] = epoch;
+  return m;
+}
+
+nlohmann::json PPOTrainer::Impl::validate() {
+  const int64_t val_n = config.get_int("actor_rollout_ref.rollout.val_kwargs.n");
+  const int64_t bs = config.is_null("data.val_batch_size") ? val_data->size() : config.get_int("data.val_batch_size");
+  std::map<std::string, std::vector<double>> by_source;
+  bool has_acc = false;
+  std::vector<double> resp_lens;
+  for (int64_t start = 0; start < val_data->size(); start += bs) {
+    std::vector<int64_t> idx;
+    for (int64_t i = start; i < std::min(start + bs, val_data->size()); ++i) idx.push_back(i);
+    DataProto test = val_data->batch(idx).repeat(val_n, true);
+    DataProto gen = test.pop({"input_ids", "attention_mask", "position_ids"});
+    gen.meta_info["validate"] = true;
+    gen.meta_info["do_sample"] = config.get_bool("actor_rollout_ref.rollout.val_kwargs.do_sample");
+    auto [padded, pad] = pad_dataproto_to_divisor(gen, world);
+    DataProto out = actor->call(&ActorRolloutRefWorker::generate_sequences, padded);
+    out = unpad_dataproto(out, pad);
+    test.union_with(out);
+    RewardOutput r = (*val_reward_fn)(test);
+    const auto scores = r.reward_tensor.sum(-1);
+    const auto acc = r.reward_extra_info.find("acc");
+    has_acc = acc != r.reward_extra_info.end();
+    const int64_t T = test.batch.at("responses").size(1);
+    const auto lens = test.batch.at("attention_mask").narrow(1, -T, T).sum(-1);
+    for (int64_t i = 0; i < test.size(); ++i) {
+      const double v = has_acc ? acc->second.at(static_cast<size_t>(i)).get<double>() : scores[i].item<double>();
+      by_source[test.non_tensor_batch.at("data_source").at(static_cast<size_t>(i)).get<std::string>()].push_back(v);
+      resp_lens.push_back(lens[i].item<double>());
+    }
+  }
+  nlohmann::json m = nlohmann::json::object();
+  const std::string var = has_acc ? "acc" : "reward";
+  for (const auto& [source, values] : by_source) {
+    double sum = 0;
+    for (double v : values) sum += v;
+    m["val-core/" + source + "/" + var + "/mean@" + std::to_string(val_n)] = sum / static_cast<double>(values.size());
+  }
+  double total = 0;
+  for (double l : resp_lens) total += l;
+  if (!resp_lens.empty()) m["val-aux/response_length/mean"] = total / static_cast<double>(resp_lens.size());
+  return m;
+}
+
+void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
+  const fs::path root(ckpt_root);
+  fs::create_directories(root);
+  const fs::path final_dir = root / ("global_step_" + std::to_string(global_step));
+  const fs::path tmp = root / ("global_step_" + std::to_string(global_step) + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  actor->call(&ActorRolloutRefWorker::save_checkpoint, (tmp / "actor").string(), global_step);
+  if (use_critic) critic->call(&CriticWorker::save_checkpoint, (tmp / "critic").string(), global_step);
+  nlohmann::json state = {{"global_step", global_step}};
+  if (kl_ctrl) state["kl_coef"] = kl_ctrl->value;
+  write_text_atomically(tmp / "data.json", state.dump(2));
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);  // the folder appears complete or not at all
+  write_text_atomically(root / "latest_checkpointed_iteration.txt", std::to_string(global_step));
+
+  std::optional<int64_t> keep;
+  for (const char* key : {"trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"})
+    if (!config.is_null(key) && config.get_int(key) > 0) keep = keep ? std::min(*keep, config.get_int(key)) : config.get_int(key);
+  if (!keep) return;
+  std::vector<std::pair<int64_t, fs::path>> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("global_step_", 0) == 0 && name.find(".tmp") == std::string::npos)
+      dirs.emplace_back(step_of(e.path()), e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (size_t i = 0; i + static_cast<size_t>(*keep) < dirs.size(); ++i) fs::remove_all(dirs[i].second);
+}
+
+int64_t PPOTrainer::Impl::load_checkpoint() {
+  const std::string mode = config.get_string("trainer.resume_mode");
+  fs::path dir;
+  if (mode == "disable") return 0;
+  if (mode == "auto") {
+    const fs::path tracker = fs::path(ckpt_root) / "latest_checkpointed_iteration.txt";
+    if (!fs::exists(tracker)) return 0;
+    std::ifstream in(tracker);
+    int64_t step = 0;
+    if (!(in >> step)) throw FormatError("unreadable checkpoint tracker " + tracker.string());
+    dir = fs::path(ckpt_root) / ("global_step_" + std::to_string(step));
+  } else if (mode == "resume_path") {
+    if (config.is_null("trainer.resume_from_path"))
+      throw ValueError("config key 'trainer.resume_from_path' is required with resume_mode=resume_path");
+    dir = config.get_string("trainer.resume_from_path");
+    if (dir.string().find("global_step_") == std::string::npos)
+      throw ValueError("config key 'trainer.resume_from_path' must name a global_step_N folder, got '" + dir.string() + "'");
+  } else {
+    throw ValueError("config key 'trainer.resume_mode': unknown mode '" + mode + "' (disable, auto, resume_path)");
+  }
+  const int64_t step = step_of(dir);
+  actor->call(&ActorRolloutRefWorker::load_checkpoint, (dir / "actor").string());
+  if (use_critic) critic->call(&CriticWorker::load_checkpoint, (dir / "critic").string());
+  std::ifstream in(dir / "data.json");
+  auto state = nlohmann::json::parse(in, nullptr, false);
+  if (kl_ctrl && state.is_object() && state.contains("kl_coef")) kl_ctrl->value = state.at("kl_coef").get<double>();
+  std::cout << "resumed from " << dir.string() << " (global step " << step << ")\n";
+  return step;
+}
+
+void PPOTrainer::Impl::log(const nlohmann::json& metrics, int64_t step, bool progress) {
+  nlohmann::json line = metrics;
+  line["step"] = step;
+  history.push_back(line);
+  fs::path p(metrics_file);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::ofstream(metrics_file, std::ios::app) << line.dump() << "\n";
+  if (!progress) return;
+  std::cout << format_progress(metrics, step, total_steps) << std::endl;
+}
+
+PPOTrainer::PPOTrainer(const Config& config) : impl_(std::make_unique<Impl>(config)) { impl_->setup(); }
+PPOTrainer::~PPOTrainer() = default;
+
+void PPOTrainer::init_workers() {
+  impl_->actor->call(&ActorRolloutRefWorker::init_model);
+  if (impl_->critic) impl_->critic->call(&CriticWorker::init_model);
+  if (impl_->rm) impl_->rm->call(&RewardModelWorker::init_model);
+}
+
+nlohmann::json PPOTrainer::validate() { return impl_->validate(); }
+const std::vector<nlohmann::json>& PPOTrainer::history() const { return impl_->history; }
+int64_t PPOTrainer::total_training_steps() const { return impl_->total_steps; }
+std::string PPOTrainer::checkpoint_dir() const { return impl_->ckpt_root; }
+
+void PPOTrainer::fit() {
+  Impl& s = *impl_;
+  const bool progress = s.config.get_bool("trainer.progress_bar");
+  int64_t global_step = s.load_checkpoint();
+  if (s.config.get_bool("trainer.val_before_train") && global_step == 0) {
+    nlohmann::json m = nlohmann::json::object();
+    {
+      Timer t(m, "testing");
+      m.update(s.validate());
+    }
+    s.log(m, 0, progress);
+    if (s.config.get_bool("trainer.val_only")) return;
+  }
+  const int64_t test_freq = s.config.get_int("trainer.test_freq");
+  const int64_t save_freq = s.config.get_int("trainer.save_freq");
+  const bool shuffle = s.config.get_bool("data.shuffle");
+  while (global_step < s.total_steps) {
+    const int64_t epoch = global_step / s.steps_per_epoch;
+    const auto order = epoch_order(s.train_data->size(), shuffle, s.data_seed, epoch);
+    for (int64_t b = global_step % s.steps_per_epoch; b < s.steps_per_epoch && global_step < s.total_steps; ++b) {
+      ++global_step;
+      std::vector<int64_t> idx(order.begin() + b * s.train_batch_size, order.begin() + (b + 1) * s.train_batch_size);
+      nlohmann::json m = s.step(global_step, epoch, idx);
+      const bool last = global_step == s.total_steps;
+      if (test_freq > 0 && (last || global_step % test_freq == 0)) {
+        Timer t(m, "testing");
+        m.update(s.validate());
+      }
+      if (save_freq > 0 && (last || global_step % save_freq == 0)) {
+        Timer t(m, "save_checkpoint");
+        s.save_checkpoint(global_step);
+      }
+      s.log(m, global_step, progress);
+    }
+  }
+}
+
+double reduce_metric(const std::string& name, const nlohmann::json& values) {
+  std::vector<double> flat;
+  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& v) {
+    if (v.is_array())
+      for (const auto& e : v) walk(e);
+    else if (v.is_number()) flat.push_back(v.get<double>());
+    else throw ValueError("metric '" + name + "' holds a non-number: " + v.dump());
+  };
+  walk(values);
+  if (flat.empty()) throw ValueError("metric '" + name + "' has no values");
+  if (name.find("max") != std::string::npos) return *std::max_element(flat.begin(), flat.end());
+  if (name.find("min") != std::string::npos) return *std::min_element(flat.begin(), flat.end());
+  double sum = 0;
+  for (double v : flat) sum += v;
+  return sum / static_cast<double>(flat.size());
+}
+
+}  // namespace hyflow::trainer
