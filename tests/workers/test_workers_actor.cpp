@@ -276,3 +276,22 @@ TEST_CASE("log-probs with dynamic batch size come back in input order, equal to 
   DataProto r = dynamic.call(&ActorRolloutRefWorker::compute_ref_log_prob, gen);
   CHECK(torch::allclose(r.batch.at("ref_log_prob"), a.batch.at("old_log_probs"), 1e-5, 1e-5));
 }
+
+TEST_CASE("a non-finite gradient skips the step on every rank: weights unchanged, grad_norm reported as is") {
+  Runtime rt;
+  auto wg = actor_group(rt, 2, actor_rollout_ref_config(4));
+  DataProto batch = training_batch(wg, 4);
+  auto advantages = batch.batch.at("advantages").clone();
+  advantages[0][0] = std::numeric_limits<float>::quiet_NaN();
+  batch.batch.set("advantages", advantages);
+  const auto before = digests(wg);
+  DataProto out = wg.call(&ActorRolloutRefWorker::update_actor, batch);
+  CHECK(digests(wg) == before);
+  for (double g : flat_metric(metrics_of(out), "actor/grad_norm")) CHECK_FALSE(std::isfinite(g));
+  // the next finite batch trains normally
+  batch.batch.set("advantages", torch::nan_to_num(advantages, 0.0));
+  wg.call(&ActorRolloutRefWorker::update_actor, batch);
+  const auto after = digests(wg);
+  CHECK(after[0] == after[1]);
+  CHECK(after[0] != before[0]);
+}
