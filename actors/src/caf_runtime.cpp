@@ -8,6 +8,7 @@
 #include <hyflow/actors/runtime.hpp>
 
 #include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
 
 #include <iostream>
 #include <map>
@@ -299,6 +300,13 @@ struct RuntimeConfig : caf::actor_system_config {
   explicit RuntimeConfig(const RuntimeOptions& o) {
     caf_protocol::register_types(*this);
     if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
+    if (o.network) {
+      load<caf::io::middleman>();
+      if (o.heartbeat_interval_ms > 0)
+        set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
+      if (o.connection_timeout_ms > 0)
+        set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+    }
   }
 };
 

@@ -57,6 +57,14 @@ struct RuntimeOptions {
   /// CAF scheduler threads for event-based actors (0: CAF's default). Workers are detached
   /// and do not use them.
   int scheduler_threads = 0;
+  /// Load CAF's middleman (networking), needed to place workers on caf-node processes
+  /// (hyflow/actors/cluster.hpp).
+  bool network = false;
+  /// Middleman heartbeats (0: off). Both ends must agree: a node without heartbeats drops
+  /// an idle link after the other's connection timeout. With them, a hung node (SIGSTOP, a
+  /// cut network) is noticed after connection_timeout_ms.
+  int heartbeat_interval_ms = 0;
+  int connection_timeout_ms = 0;
 };
 
 /// Destroy a Runtime before main returns (a local, or a unique_ptr reset at the end): CAF's

@@ -1,0 +1,546 @@
+// The cluster on CAF's network layer: the node manager that caf-node publishes, and the
+// controller's RemoteLauncher. Protocol (untyped node manager actor):
+//
+//   ("hf_hello", version, session actor) -> json {nonce, session, node}   (version checked)
+//   ("hf_auth", session, hmac hex)       -> "ok"                           (HMAC-SHA256(secret, nonce))
+//   ("hf_spawn", session, worker name)   -> actor (an uninitialized worker, detached)
+//   ("hf_port", session)                 -> free TCP port on the node (MASTER_PORT)
+//
+// Errors come back in the "hfnode" category with the text as context. The node monitors each
+// controller's session actor and each worker: a controller that goes away takes its workers
+// with it; a worker death is logged.
+#include <hyflow/actors/caf_protocol.hpp>
+#include <hyflow/actors/cluster.hpp>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace hyflow {
+
+using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
+using auth_atom = caf::atom_constant<caf::atom("hf_auth")>;
+using spawn_atom = caf::atom_constant<caf::atom("hf_spawn")>;
+using port_atom = caf::atom_constant<caf::atom("hf_port")>;
+
+namespace {
+
+caf::error node_error(std::string text) { return caf::error(1, caf::atom("hfnode"), caf::make_message(std::move(text))); }
+
+std::string error_text(caf::actor_system& sys, const caf::error& e) {
+  if (e.category() == caf::atom("hfnode") || e.category() == caf::atom("hyflow")) {
+    const auto& ctx = e.context();
+    std::string out;
+    for (size_t i = 0; i < ctx.size(); ++i)
+      if (ctx.match_element<std::string>(i)) out += (out.empty() ? "" : ": ") + ctx.get_as<std::string>(i);
+    if (!out.empty()) return out;
+  }
+  return sys.render(e);
+}
+
+std::string to_hex(const unsigned char* p, size_t n) {
+  std::ostringstream os;
+  for (size_t i = 0; i < n; ++i) os << std::hex << std::setw(2) << std::setfill('0') << int(p[i]);
+  return os.str();
+}
+
+std::string random_nonce() {
+  unsigned char buf[32];
+  if (RAND_bytes(buf, sizeof buf) != 1) throw ClusterError("cannot draw a random challenge (RAND_bytes failed)");
+  return to_hex(buf, sizeof buf);
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+int free_port(const std::string& bind) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (::inet_pton(AF_INET, bind == "localhost" ? "127.0.0.1" : bind.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = INADDR_ANY;
+  int port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::pair<std::string, int> split_address(const std::string& addr) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())
+    throw ValueError("cluster node '" + addr + "' is not host:port");
+  int port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoi(addr.substr(colon + 1), &used);
+    if (used != addr.size() - colon - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw ValueError("cluster node '" + addr + "': port '" + addr.substr(colon + 1) + "' is not a number");
+  }
+  if (port <= 0 || port > 65535) throw ValueError("cluster node '" + addr + "': port out of range");
+  return {addr.substr(0, colon), port};
+}
+
+NodeInfo local_node_info() {
+  NodeInfo info;
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) info.hostname = host;
+  info.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  info.gpus = 0;  // CPU build: GPU discovery goes through the cuda module when it is present
+  info.protocol_version = kNodeProtocolVersion;
+  return info;
+}
+
+// ---- node manager --------------------------------------------------------------------------
+
+struct Session {
+  caf::actor controller;
+  std::string nonce;
+  bool authenticated = false;
+  std::vector<caf::actor> workers;
+};
+
+struct node_state {
+  std::string secret;
+  std::string bind;
+  NodeInfo info;
+  std::map<uint64_t, Session> sessions;
+  std::map<caf::actor_addr, std::string> worker_names;
+  uint64_t next_session = 1;
+  static inline const char* name = "hyflow.node_manager";
+};
+
+using node_actor = caf::stateful_actor<node_state>;
+
+void stop_session_workers(node_actor* self, Session& s, const caf::error& reason) {
+  for (auto& w : s.workers) self->send_exit(w, reason);
+  s.workers.clear();
+}
+
+caf::behavior node_manager(node_actor* self, std::string secret, std::string bind, NodeInfo info) {
+  self->state.secret = std::move(secret);
+  self->state.bind = std::move(bind);
+  self->state.info = std::move(info);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto it = st.sessions.begin(); it != st.sessions.end(); ++it) {
+      if (it->second.controller.address() != dm.source) continue;
+      cluster_log("session " + std::to_string(it->first) + ": controller gone (" + self->system().render(dm.reason) +
+                  "); stopping its " + std::to_string(it->second.workers.size()) + " worker(s)");
+      stop_session_workers(self, it->second, caf::exit_reason::user_shutdown);
+      st.sessions.erase(it);
+      return;
+    }
+    auto w = st.worker_names.find(dm.source);
+    if (w != st.worker_names.end()) {
+      cluster_log("worker '" + w->second + "' ended: " + self->system().render(dm.reason));
+      for (auto& [id, s] : st.sessions)
+        s.workers.erase(std::remove_if(s.workers.begin(), s.workers.end(),
+                                       [&](const caf::actor& a) { return a.address() == dm.source; }),
+                        s.workers.end());
+      st.worker_names.erase(w);
+    }
+  });
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, caf::exit_reason::user_shutdown);
+    self->state.sessions.clear();
+    self->quit(em.reason);
+  });
+  auto session_of = [=](uint64_t id, const char* what) -> Session* {
+    auto it = self->state.sessions.find(id);
+    if (it == self->state.sessions.end() || !it->second.authenticated) {
+      cluster_log(std::string("refused ") + what + " for unauthenticated session " + std::to_string(id));
+      return nullptr;
+    }
+    return &it->second;
+  };
+  return {
+      [=](hello_atom, uint32_t version, caf::actor controller) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (version != kNodeProtocolVersion) {
+          cluster_log("refused a controller speaking protocol v" + std::to_string(version));
+          return node_error("protocol version mismatch: node speaks v" + std::to_string(kNodeProtocolVersion) +
+                            ", controller v" + std::to_string(version));
+        }
+        if (!controller) return node_error("hello without a session actor");
+        const uint64_t id = st.next_session++;
+        Session s;
+        s.controller = controller;
+        s.authenticated = st.secret.empty();
+        if (!s.authenticated) s.nonce = random_nonce();
+        self->monitor(controller);
+        Json reply{{"nonce", s.nonce}, {"session", id}, {"node", st.info.to_json()}};
+        st.sessions.emplace(id, std::move(s));
+        cluster_log("session " + std::to_string(id) + ": hello from a controller" +
+                    (st.secret.empty() ? " (no secret configured: accepted)" : ", challenge sent"));
+        return reply.dump();
+      },
+      [=](auth_atom, uint64_t id, const std::string& proof) -> caf::result<std::string> {
+        auto& st = self->state;
+        auto it = st.sessions.find(id);
+        if (it == st.sessions.end()) return node_error("unknown session " + std::to_string(id));
+        if (it->second.authenticated) return std::string("ok");
+        if (!constant_time_equal(proof, challenge_proof(st.secret, it->second.nonce))) {
+          cluster_log("session " + std::to_string(id) + ": wrong shared secret, refused");
+          self->demonitor(it->second.controller);
+          st.sessions.erase(it);
+          return node_error("authentication failed: the controller's shared secret does not match this node's");
+        }
+        it->second.authenticated = true;
+        cluster_log("session " + std::to_string(id) + ": authenticated");
+        return std::string("ok");
+      },
+      [=](spawn_atom, uint64_t id, const std::string& name) -> caf::result<caf::actor> {
+        Session* s = session_of(id, "spawn");
+        if (!s) return node_error("not authenticated: this node requires the shared secret (--secret-file)");
+        auto w = caf::actor_cast<caf::actor>(caf_protocol::spawn_worker(self->system()));
+        self->monitor(w);
+        s->workers.push_back(w);
+        self->state.worker_names[w.address()] = name;
+        cluster_log("session " + std::to_string(id) + ": spawned worker '" + name + "'");
+        return w;
+      },
+      [=](port_atom, uint64_t id) -> caf::result<int32_t> {
+        if (!session_of(id, "port")) return node_error("not authenticated");
+        int p = free_port(self->state.bind);
+        if (p == 0) return node_error("no free port on " + self->state.bind);
+        return static_cast<int32_t>(p);
+      },
+  };
+}
+
+struct NodeConfig : caf::actor_system_config {
+  explicit NodeConfig(const NodeOptions& o) {
+    caf_protocol::register_types(*this);
+    load<caf::io::middleman>();
+    if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
+    if (o.heartbeat_interval_ms > 0)
+      set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
+    if (o.connection_timeout_ms > 0)
+      set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+  }
+};
+
+}  // namespace
+
+// ---- shared helpers ----------------------------------------------------------------------
+
+Json NodeInfo::to_json() const {
+  return Json{{"address", address},   {"hostname", hostname},   {"cpus", cpus},
+              {"gpus", gpus},         {"gpu_names", gpu_names}, {"gpu_memory_bytes", gpu_memory_bytes},
+              {"protocol_version", protocol_version}};
+}
+
+NodeInfo NodeInfo::from_json(const Json& j) {
+  NodeInfo n;
+  n.address = j.value("address", "");
+  n.hostname = j.value("hostname", "");
+  n.cpus = j.value("cpus", 0);
+  n.gpus = j.value("gpus", 0);
+  n.gpu_names = j.value("gpu_names", std::vector<std::string>{});
+  n.gpu_memory_bytes = j.value("gpu_memory_bytes", std::vector<int64_t>{});
+  n.protocol_version = j.value("protocol_version", 0u);
+  return n;
+}
+
+std::vector<std::string> parse_node_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    split_address(item);  // validates
+    out.push_back(item);
+  }
+  if (out.empty()) throw ValueError("cluster.nodes: no node in '" + list + "'");
+  return out;
+}
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError("secret file '" + path + "' cannot be read");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.empty()) throw ValueError("secret file '" + path + "' is empty");
+  return s;
+}
+
+std::string challenge_proof(const std::string& secret, const std::string& challenge) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+            reinterpret_cast<const unsigned char*>(challenge.data()), challenge.size(), md, &len))
+    throw ClusterError("HMAC-SHA256 failed");
+  return to_hex(md, len);
+}
+
+void cluster_log(const std::string& text) {
+  static std::mutex m;
+  const auto now = std::chrono::system_clock::now();
+  const auto t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y-%m-%dT%H:%M:%S") << '.' << std::setw(3) << std::setfill('0') << ms << "Z [caf-node] "
+     << text << '\n';
+  std::lock_guard lock(m);
+  std::cerr << os.str() << std::flush;
+}
+
+// ---- NodeServer ----------------------------------------------------------------------------
+
+struct NodeServer::Impl {
+  explicit Impl(const NodeOptions& o) : config(o), system(config) {}
+  NodeConfig config;
+  caf::actor_system system;
+  caf::actor manager;
+  NodeInfo info;
+  int port = 0;
+};
+
+NodeServer::NodeServer(NodeOptions options) : impl_(std::make_unique<Impl>(options)) {
+  impl_->info = local_node_info();
+  impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
+  auto port = impl_->system.middleman().publish(impl_->manager, static_cast<uint16_t>(options.port),
+                                                options.bind.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+    throw ClusterError("cannot listen on " + options.bind + ":" + std::to_string(options.port) + ": " +
+                       impl_->system.render(port.error()));
+  }
+  impl_->port = *port;
+  impl_->info.address = options.bind + ":" + std::to_string(*port);
+}
+
+NodeServer::~NodeServer() {
+  if (impl_->manager) caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+  impl_->manager = nullptr;
+}
+
+int NodeServer::port() const { return impl_->port; }
+const NodeInfo& NodeServer::info() const { return impl_->info; }
+
+// ---- RemoteLauncher ------------------------------------------------------------------------
+
+struct RemoteLauncher::Impl {
+  struct Node {
+    NodeInfo info;
+    std::string host;
+    int port = 0;
+    caf::actor manager;
+    uint64_t session = 0;
+  };
+  Impl(caf::actor_system& s, ClusterOptions o) : sys(s), options(std::move(o)) {}
+  caf::actor_system& sys;
+  ClusterOptions options;
+  caf::actor session_actor;  ///< the nodes monitor it: when it goes, they stop our workers
+  std::vector<Node> nodes;
+  std::vector<NodeInfo> infos;
+
+  Node connect_node(const std::string& addr) {
+    auto [host, port] = split_address(addr);
+    Node n;
+    n.host = host;
+    n.port = port;
+    caf::scoped_actor self{sys};
+    const auto timeout = caf::timespan{options.connect_timeout};
+    std::string failure;
+    // remote_actor() can hang on a silent peer: ask the middleman with a deadline instead.
+    self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
+        .receive(
+            [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+              if (!ptr) failure = "no node manager is published there";
+              else n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
+            },
+            [&](caf::error& e) {
+              failure = e == caf::sec::request_timeout
+                            ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
+                            : sys.render(e);
+            });
+    if (!failure.empty()) throw ClusterError("cannot connect to node " + addr + ": " + failure);
+    Json hello;
+    self->request(n.manager, timeout, hello_atom::value, kNodeProtocolVersion, session_actor)
+        .receive([&](std::string& j) { hello = Json::parse(j); },
+                 [&](caf::error& e) { failure = error_text(sys, e); });
+    if (!failure.empty()) throw ClusterError("node " + addr + " refused the controller: " + failure);
+    n.session = hello.at("session").get<uint64_t>();
+    n.info = NodeInfo::from_json(hello.at("node"));
+    if (n.info.protocol_version != kNodeProtocolVersion)
+      throw ClusterError("node " + addr + " speaks protocol v" + std::to_string(n.info.protocol_version) +
+                         ", this controller v" + std::to_string(kNodeProtocolVersion));
+    n.info.address = addr;
+    const std::string nonce = hello.value("nonce", "");
+    if (!nonce.empty()) {
+      if (options.secret.empty())
+        throw ClusterError("node " + addr + " requires a shared secret and the controller has none (cluster secret file)");
+      self->request(n.manager, timeout, auth_atom::value, n.session, challenge_proof(options.secret, nonce))
+          .receive([](std::string&) {}, [&](caf::error& e) { failure = error_text(sys, e); });
+      if (!failure.empty()) throw ClusterError("node " + addr + ": " + failure);
+    }
+    return n;
+  }
+};
+
+std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, ClusterOptions options) {
+  auto& sys = caf_protocol::system_of(runtime);
+  if (!sys.has_middleman())
+    throw ValueError("RemoteLauncher: the Runtime has no networking; create it with RuntimeOptions{.network = true}");
+  if (options.nodes.empty()) throw ValueError("RemoteLauncher: cluster.nodes is empty");
+  auto addrs = options.nodes;
+  for (const auto& a : addrs) split_address(a);
+  std::sort(addrs.begin(), addrs.end(), [](const std::string& a, const std::string& b) {
+    auto x = split_address(a), y = split_address(b);
+    return x < y;
+  });
+  if (std::adjacent_find(addrs.begin(), addrs.end()) != addrs.end())
+    throw ValueError("cluster.nodes lists a node twice: " + *std::adjacent_find(addrs.begin(), addrs.end()));
+  auto impl = std::make_unique<Impl>(sys, std::move(options));
+  impl->session_actor = sys.spawn<caf::hidden>([]() -> caf::behavior { return {[](int32_t) {}}; });
+  try {
+    for (const auto& a : addrs) {
+      impl->nodes.push_back(impl->connect_node(a));
+      impl->infos.push_back(impl->nodes.back().info);
+    }
+  } catch (...) {
+    caf::anon_send_exit(impl->session_actor, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  return std::shared_ptr<RemoteLauncher>(new RemoteLauncher(std::move(impl)));
+}
+
+RemoteLauncher::RemoteLauncher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RemoteLauncher::~RemoteLauncher() { caf::anon_send_exit(impl_->session_actor, caf::exit_reason::user_shutdown); }
+
+const std::vector<NodeInfo>& RemoteLauncher::nodes() const { return impl_->infos; }
+
+ResourcePool RemoteLauncher::pool(int workers_per_node, bool use_gpu) const {
+  return pool(std::vector<int>(impl_->nodes.size(), workers_per_node), use_gpu);
+}
+
+ResourcePool RemoteLauncher::pool(std::vector<int> process_on_nodes, bool use_gpu) const {
+  if (process_on_nodes.size() > impl_->nodes.size())
+    throw ClusterError("resource shortfall: the pool needs " + std::to_string(process_on_nodes.size()) +
+                       " nodes, the cluster has " + std::to_string(impl_->nodes.size()));
+  int max_gpus = 0;
+  for (size_t i = 0; i < process_on_nodes.size(); ++i) {
+    const auto& n = impl_->infos[i];
+    if (use_gpu && process_on_nodes[i] > n.gpus)
+      throw ClusterError("resource shortfall on node " + n.address + ": " + std::to_string(process_on_nodes[i]) +
+                         " GPU workers requested, " + std::to_string(n.gpus) + " GPU(s) advertised");
+    max_gpus = std::max(max_gpus, n.gpus);
+  }
+  return ResourcePool(std::move(process_on_nodes), 10, use_gpu ? max_gpus : 8, use_gpu);
+}
+
+std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) {
+  auto& im = *impl_;
+  auto& sys = im.sys;
+  if (envs.empty()) return {};
+  std::vector<size_t> node_of;
+  for (const auto& e : envs) {
+    auto us = e.name.rfind('_'), colon = e.name.rfind(':');
+    size_t idx = 0;
+    try {
+      if (us == std::string::npos || colon == std::string::npos || colon < us) throw std::invalid_argument("name");
+      idx = std::stoul(e.name.substr(us + 1, colon - us - 1));
+    } catch (const std::exception&) {
+      throw ValueError("RemoteLauncher: worker name '" + e.name + "' does not say its node (\"..._{node}:{local}\")");
+    }
+    if (idx >= im.nodes.size())
+      throw ClusterError("resource shortfall: rank " + std::to_string(e.rank) + " ('" + e.name + "') needs node " +
+                         std::to_string(idx) + ", the cluster has " + std::to_string(im.nodes.size()) + " node(s)");
+    node_of.push_back(idx);
+  }
+  caf::scoped_actor self{sys};
+  std::vector<caf::actor> spawned;
+  auto fail = [&](const std::string& what) {
+    for (auto& a : spawned) self->send_exit(a, caf::exit_reason::user_shutdown);
+    throw ClusterError(what);
+  };
+  // MASTER_ADDR/PORT on the rank-0 node.
+  auto& master = im.nodes[node_of[0]];
+  int master_port = 0;
+  std::string failure;
+  self->request(master.manager, caf::timespan{im.options.spawn_timeout}, port_atom::value, master.session)
+      .receive([&](int32_t p) { master_port = p; }, [&](caf::error& e) { failure = error_text(sys, e); });
+  if (!failure.empty()) fail("node " + master.info.address + ": cannot reserve MASTER_PORT: " + failure);
+
+  std::vector<WorkerEnv> placed = envs;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    placed[i].master_addr = master.host;
+    placed[i].master_port = master_port;
+    placed[i].name += "@" + im.nodes[node_of[i]].info.address;
+  }
+  using spawn_handle = decltype(self->request(master.manager, caf::infinite, spawn_atom::value, uint64_t{0}, std::string{}));
+  std::vector<spawn_handle> spawns;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    auto& n = im.nodes[node_of[i]];
+    spawns.push_back(self->request(n.manager, caf::timespan{im.options.spawn_timeout}, spawn_atom::value, n.session,
+                                   placed[i].name));
+  }
+  for (size_t i = 0; i < spawns.size(); ++i)
+    spawns[i].receive([&](caf::actor& a) { spawned.push_back(std::move(a)); },
+                      [&](caf::error& e) {
+                        if (failure.empty())
+                          failure = "node " + im.nodes[node_of[i]].info.address + ": spawning rank " + std::to_string(i) +
+                                    " failed: " + error_text(sys, e);
+                      });
+  if (!failure.empty()) fail(failure);
+  const std::string spec_json = spec.to_json().dump();
+  std::vector<caf_protocol::worker_actor> workers;
+  for (auto& a : spawned) workers.push_back(caf::actor_cast<caf_protocol::worker_actor>(a));
+  using init_handle =
+      decltype(self->request(workers[0], caf::infinite, caf_protocol::init_atom::value, spec_json, spec_json));
+  std::vector<init_handle> inits;
+  for (size_t i = 0; i < workers.size(); ++i)
+    inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout}, caf_protocol::init_atom::value,
+                                  spec_json, placed[i].to_json().dump()));
+  int failed_rank = -1;
+  for (size_t i = 0; i < inits.size(); ++i)
+    inits[i].receive([](std::string&) {},
+                     [&](caf::error& e) {
+                       if (failure.empty()) failed_rank = static_cast<int>(i);
+                       if (failed_rank == static_cast<int>(i))
+                         failure = "constructing worker type '" + spec.type + "' failed on rank " + std::to_string(i) +
+                                   " of " + std::to_string(workers.size()) + " (node " +
+                                   im.nodes[node_of[i]].info.address + "): " + error_text(sys, e);
+                     });
+  if (!failure.empty()) {
+    for (auto& a : spawned) self->send_exit(a, caf::exit_reason::user_shutdown);
+    throw CallError("__init__", failed_rank, failure, failure);
+  }
+  std::vector<WorkerRef> out;
+  for (size_t i = 0; i < workers.size(); ++i) out.push_back(caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
+  return out;
+}
+
+}  // namespace hyflow

@@ -1,0 +1,90 @@
+// caf-node: one per machine. Publishes a node manager that spawns registered worker types for
+// controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM.
+#include <hyflow/actors/cluster.hpp>
+
+#include "test_workers.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+#include <unistd.h>
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  po::options_description desc("caf-node options");
+  desc.add_options()("help,h", "print this help")(
+      "bind", po::value<std::string>()->default_value("127.0.0.1"),
+      "address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")(
+      "port,p", po::value<int>()->default_value(0), "TCP port (0: a free one, printed on stdout)")(
+      "secret-file", po::value<std::string>(),
+      "file holding the shared secret controllers must prove (challenge-response); without it any controller that can "
+      "reach the port is served")(
+      "heartbeat-ms", po::value<int>()->default_value(0),
+      "middleman heartbeat interval in ms (0: off; must match the controller's)")(
+      "connection-timeout-ms", po::value<int>()->default_value(0),
+      "drop a peer silent for this long (0: never; needs heartbeats on both ends)")(
+      "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "caf-node: " << e.what() << "\n" << desc << "\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << "caf-node: hosts hyflow workers for a remote controller\n" << desc << "\n";
+    return 0;
+  }
+  hyflow::NodeOptions options;
+  options.bind = vm["bind"].as<std::string>();
+  options.port = vm["port"].as<int>();
+  options.heartbeat_interval_ms = vm["heartbeat-ms"].as<int>();
+  options.connection_timeout_ms = vm["connection-timeout-ms"].as<int>();
+  options.scheduler_threads = vm["threads"].as<int>();
+  if (options.port < 0 || options.port > 65535) {
+    std::cerr << "caf-node: --port " << options.port << " is out of range\n";
+    return 2;
+  }
+  try {
+    if (vm.count("secret-file")) options.secret = hyflow::read_secret_file(vm["secret-file"].as<std::string>());
+  } catch (const std::exception& e) {
+    std::cerr << "caf-node: " << e.what() << "\n";
+    return 2;
+  }
+  test::register_test_workers();
+
+  // Block the stop signals in every thread (CAF's threads inherit the mask) and wait for them here.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  int signal = 0;
+  try {
+    hyflow::NodeServer server(options);
+    if (options.secret.empty())
+      hyflow::cluster_log("warning: no --secret-file: any controller that reaches this port can run workers here");
+    hyflow::cluster_log("listening on " + server.info().address + " (host " + server.info().hostname + ", " +
+                        std::to_string(server.info().cpus) + " CPUs, " + std::to_string(server.info().gpus) + " GPUs)");
+    std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
+    sigwait(&stop, &signal);
+    hyflow::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
+    // A worker stuck in a long method cannot be preempted: give shutdown 10 s, then leave.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      hyflow::cluster_log("shutdown still waiting for a running worker method after 10 s; exiting");
+      _exit(1);
+    }).detach();
+  } catch (const std::exception& e) {
+    hyflow::cluster_log(std::string("error: ") + e.what());
+    return 1;
+  }
+  hyflow::cluster_log("stopped");
+  return 0;
+}

@@ -1,0 +1,105 @@
+#pragma once
+// A caf-node child process for tests: started with posix_spawn on port 0, its port read from
+// the first stdout line, stopped (SIGTERM, then SIGKILL) in the destructor.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace test {
+
+class NodeProcess {
+ public:
+  explicit NodeProcess(std::vector<std::string> extra_args = {}) {
+    std::vector<std::string> args{CAF_NODE_PATH, "--port=0", "--bind=127.0.0.1"};
+    for (auto& a : extra_args) args.push_back(std::move(a));
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    int rc = posix_spawn(&pid_, CAF_NODE_PATH, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    if (rc != 0) {
+      close(out[0]);
+      throw std::runtime_error("cannot start " CAF_NODE_PATH);
+    }
+    fd_ = out[0];
+    // First line: "caf-node listening on 127.0.0.1:PORT"
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (line.find('\n') == std::string::npos) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
+        throw std::runtime_error("caf-node did not report its port within 20 s");
+      char buf[256];
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) throw std::runtime_error("caf-node exited before listening: " + line);
+      line.append(buf, static_cast<size_t>(n));
+    }
+    auto colon = line.rfind(':');
+    port_ = std::stoi(line.substr(colon + 1));
+  }
+  ~NodeProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, SIGTERM);
+      for (int i = 0; i < 100 && !reaped(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!reaped()) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status_, 0);
+      }
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  NodeProcess(const NodeProcess&) = delete;
+  NodeProcess& operator=(const NodeProcess&) = delete;
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  pid_t pid() const { return pid_; }
+  void signal(int sig) { kill(pid_, sig); }
+  /// Waits up to `timeout` for the process to end; true with its exit status in `status`.
+  bool wait_exit(std::chrono::milliseconds timeout, int& status) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      if (reaped()) {
+        status = status_;
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  bool reaped() {
+    if (done_) return true;
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) done_ = true;
+    return done_;
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int port_ = 0;
+  int status_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace test

@@ -1,0 +1,201 @@
+// Multi-process: caf-node children on 127.0.0.1 host the workers of a group.
+#include "node_process.hpp"
+#include "test_workers.hpp"
+
+#include <hyflow/actors/cluster.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <fstream>
+#include <future>
+
+using namespace hyflow;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<Runtime> network_runtime() {
+  RuntimeOptions o;
+  o.network = true;
+  return std::make_unique<Runtime>(o);
+}
+
+std::string write_secret(const std::string& name, const std::string& secret) {
+  std::string path = "/tmp/hyflow-cluster-test-" + std::to_string(getpid()) + "-" + name;
+  std::ofstream(path) << secret << "\n";
+  return path;
+}
+
+int closed_port() {
+  // Bind a port and close it again: nothing listens there afterwards.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+TEST_CASE("2 caf-nodes host a group of 4 workers; ranks follow node address order then local rank") {
+  test::register_test_workers();
+  test::NodeProcess a, b;
+  const auto& low = a.port() < b.port() ? a : b;
+  const auto& high = a.port() < b.port() ? b : a;
+  auto rt = network_runtime();
+  {
+    // Listed high first: placement must not depend on the listing order.
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {high.address(), low.address()}});
+    REQUIRE(cluster->nodes().size() == 2);
+    CHECK(cluster->nodes()[0].address == low.address());
+    CHECK(cluster->nodes()[0].cpus >= 1);
+    CHECK(cluster->nodes()[0].protocol_version == kNodeProtocolVersion);
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+
+    // ONE_TO_ALL across processes
+    std::vector<std::string> who = wg.call(&test::EchoWorker::whoami);
+    CHECK(who == std::vector<std::string>{"rank 0/4", "rank 1/4", "rank 2/4", "rank 3/4"});
+    auto list = from_value<std::vector<Json>>(wg.call("worker_env"), "worker_env");
+    REQUIRE(list.size() == 4);
+    int master_port = -1;
+    for (int r = 0; r < 4; ++r) {
+      const Json& e = list[static_cast<size_t>(r)];
+      const auto& host = r < 2 ? low : high;
+      CHECK(e.at("NAME").get<std::string>().find("@" + host.address()) != std::string::npos);
+      CHECK(e.at("LOCAL_RANK").get<int>() == r % 2);
+      CHECK(e.at("MASTER_ADDR").get<std::string>() == "127.0.0.1");
+      if (r == 0) master_port = e.at("MASTER_PORT").get<int>();
+      CHECK(e.at("MASTER_PORT").get<int>() == master_port);
+    }
+    CHECK(master_port > 0);
+
+    // DP_COMPUTE_PROTO across processes: 8 rows, 2 per rank
+    DataProto batch = test::make_batch(8);
+    DataProto out = wg.call(&test::EchoWorker::double_x, batch);
+    CHECK(out.size() == 8);
+    CHECK(torch::equal(out.batch.at("x"), batch.batch.at("x") * 2));
+    CHECK(torch::equal(out.batch.at("rank"), torch::tensor({0, 0, 1, 1, 2, 2, 3, 3}, torch::kInt64)));
+
+    // Worker errors come back with rank and message.
+    try {
+      wg.call(&test::EchoWorker::throw_on_rank, 3);
+      FAIL("expected a CallError");
+    } catch (const CallError& e) {
+      CHECK(e.rank() == 3);
+      CHECK(std::string(e.what()).find("missing key 'values' on purpose") != std::string::npos);
+    }
+  }
+  rt.reset();
+}
+
+TEST_CASE("a node that is not listening gives a connect error naming it, in well under the timeout") {
+  auto rt = network_runtime();
+  const std::string addr = "127.0.0.1:" + std::to_string(closed_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    RemoteLauncher::connect(*rt, {.nodes = {addr}});
+    FAIL("expected a ClusterError");
+  } catch (const ClusterError& e) {
+    CHECK(std::string(e.what()).find("cannot connect to node " + addr) != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  CHECK_THROWS_AS(parse_node_list("127.0.0.1:70000"), ValueError);
+  CHECK(parse_node_list(" a:1, b:2 ") == std::vector<std::string>{"a:1", "b:2"});
+  rt.reset();
+}
+
+TEST_CASE("a runtime without networking cannot place remote workers") {
+  Runtime rt;
+  CHECK_THROWS_AS(RemoteLauncher::connect(rt, {.nodes = {"127.0.0.1:1"}}), ValueError);
+}
+
+TEST_CASE("a node with a secret serves the right secret and refuses a wrong or missing one") {
+  test::register_test_workers();
+  const std::string file = write_secret("node", "correct horse battery staple");
+  test::NodeProcess node({"--secret-file=" + file});
+  auto rt = network_runtime();
+  {
+    try {
+      RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .secret = "wrong"});
+      FAIL("expected a ClusterError");
+    } catch (const ClusterError& e) {
+      CHECK(std::string(e.what()).find("authentication failed") != std::string::npos);
+      CHECK(std::string(e.what()).find(node.address()) != std::string::npos);
+    }
+    try {
+      RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+      FAIL("expected a ClusterError");
+    } catch (const ClusterError& e) {
+      CHECK(std::string(e.what()).find("requires a shared secret") != std::string::npos);
+    }
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .secret = read_secret_file(file)});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    std::vector<std::string> who = wg.call(&test::EchoWorker::whoami);
+    CHECK(who == std::vector<std::string>{"rank 0/2", "rank 1/2"});
+  }
+  rt.reset();
+  std::remove(file.c_str());
+  // The proof is an HMAC of the challenge: it depends on both and never equals the secret.
+  CHECK(challenge_proof("s", "n1") != challenge_proof("s", "n2"));
+  CHECK(challenge_proof("s", "n1") != challenge_proof("t", "n1"));
+  CHECK(challenge_proof("s", "n1").size() == 64);
+}
+
+TEST_CASE("a pool that needs more nodes than the cluster has is a shortfall naming both counts") {
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    try {
+      cluster->pool(std::vector<int>{1, 1});
+      FAIL("expected a ClusterError");
+    } catch (const ClusterError& e) {
+      CHECK(std::string(e.what()).find("needs 2 nodes, the cluster has 1") != std::string::npos);
+    }
+    CHECK_THROWS_AS(cluster->pool(1, /*use_gpu=*/true), ClusterError);
+  }
+  rt.reset();
+}
+
+TEST_CASE("kill -9 of a node mid-call fails the call within 5 s naming the node and the rank") {
+  test::register_test_workers();
+  test::NodeProcess a, b;
+  const auto& low = a.port() < b.port() ? a : b;
+  auto& high = a.port() < b.port() ? b : a;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {low.address(), high.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    // rank 2 (on the high node) sleeps 20 s; the others answer at once.
+    auto pending = std::async(std::launch::async, [&] { return wg.call("sleep_on_rank", 2, 20000); });
+    std::this_thread::sleep_for(300ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    high.signal(SIGKILL);
+    REQUIRE(pending.wait_for(5s) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    try {
+      pending.get();
+      FAIL("expected a WorkerDiedError");
+    } catch (const WorkerDiedError& e) {
+      CHECK(e.rank() == 2);
+      CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
+      CHECK(std::string(e.what()).find(high.address()) != std::string::npos);
+    }
+    // Later calls fail at once; the survivors still answer nothing partial.
+    CHECK_THROWS_AS(wg.call(&test::EchoWorker::whoami), WorkerDiedError);
+  }
+  rt.reset();
+}
