@@ -11,6 +11,7 @@
 // with it; a worker death is logged.
 #include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/cluster.hpp>
+#include <hyflow/actors/colocated.hpp>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -327,6 +328,7 @@ struct NodeServer::Impl {
 };
 
 NodeServer::NodeServer(NodeOptions options) : impl_(std::make_unique<Impl>(options)) {
+  register_colocated_worker_type();  // WorkerDict bundles of the registered roles
   impl_->info = local_node_info();
   impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
   auto port = impl_->system.middleman().publish(impl_->manager, static_cast<uint16_t>(options.port),

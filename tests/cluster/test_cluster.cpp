@@ -199,3 +199,116 @@ TEST_CASE("kill -9 of a node mid-call fails the call within 5 s naming the node 
   }
   rt.reset();
 }
+
+TEST_CASE("with heartbeats, a SIGSTOPped node fails the pending call within 5 s naming node and rank") {
+  test::register_test_workers();
+  const std::vector<std::string> hb{"--heartbeat-ms=200", "--connection-timeout-ms=1500"};
+  test::NodeProcess a(hb), b(hb);
+  const auto& low = a.port() < b.port() ? a : b;
+  auto& high = a.port() < b.port() ? b : a;
+  RuntimeOptions o;
+  o.network = true;
+  o.heartbeat_interval_ms = 200;
+  o.connection_timeout_ms = 1500;
+  auto rt = std::make_unique<Runtime>(o);
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {low.address(), high.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    auto pending = std::async(std::launch::async, [&] { return wg.call("sleep_on_rank", 3, 4000); });
+    std::this_thread::sleep_for(300ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    high.signal(SIGSTOP);
+    REQUIRE(pending.wait_for(5s) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    try {
+      pending.get();
+      FAIL("expected a WorkerDiedError");
+    } catch (const WorkerDiedError& e) {
+      CHECK(e.rank() == 3);  // rank 2 (same node) answered before the stop
+      CHECK(std::string(e.what()).find(high.address()) != std::string::npos);
+    }
+    high.signal(SIGCONT);
+  }
+  rt.reset();
+}
+
+TEST_CASE("a gloo all-reduce runs across 2 node processes (MASTER_ADDR/PORT from the rank-0 node)") {
+  test::register_test_workers();
+  test::NodeProcess a, b;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    std::vector<double> sums = wg.call(&test::EchoWorker::all_reduce_rank);
+    CHECK(sums == std::vector<double>{10.0, 10.0, 10.0, 10.0});  // 1 + 2 + 3 + 4 on every rank
+  }
+  rt.reset();
+}
+
+TEST_CASE("colocated roles spawn across nodes and keep per-role state on each remote worker") {
+  test::register_test_workers();
+  test::NodeProcess a, b;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
+    rt->set_launcher(cluster);
+    auto spec = colocated_spec({{"counter", {"CounterRole", Json{{"step", 3}}}},
+                                {"scale", {"ScaleRole", Json{{"factor", 2.0}}}}});
+    WorkerGroup all(*rt, cluster->pool(1), spec);
+    auto groups = all.spawn({"counter", "scale"});
+    std::vector<int> once = groups.at("counter").call(&test::CounterRole::bump);
+    std::vector<int> twice = groups.at("counter").call(&test::CounterRole::bump);
+    CHECK(once == std::vector<int>{3, 3});
+    CHECK(twice == std::vector<int>{6, 6});
+    std::vector<std::string> where = groups.at("counter").call(&test::CounterRole::device_and_rank);
+    CHECK(where == std::vector<std::string>{"cpu#0", "cpu#1"});
+    DataProto batch = test::make_batch(4);
+    DataProto scaled = groups.at("scale").call(&test::ScaleRole::scale, batch);
+    CHECK(scaled.size() == 4);
+  }
+  rt.reset();
+}
+
+TEST_CASE("a remote worker that exits fails the call naming its rank; the node stays up") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    try {
+      wg.call("crash_on_rank", 1, 0);
+      FAIL("expected a WorkerDiedError");
+    } catch (const WorkerDiedError& e) {
+      CHECK(e.rank() == 1);
+      CHECK(std::string(e.what()).find("simulated crash") != std::string::npos);
+    }
+    // The node still serves a new group.
+    WorkerGroup again(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    std::vector<std::string> who = again.call(&test::EchoWorker::whoami);
+    CHECK(who == std::vector<std::string>{"rank 0/1"});
+  }
+  rt.reset();
+}
+
+TEST_CASE("SIGTERM stops a caf-node with exit status 0 and the controller sees its workers die") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    node.signal(SIGTERM);
+    int status = -1;
+    REQUIRE(node.wait_exit(5s, status));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    std::this_thread::sleep_for(200ms);
+    CHECK_THROWS_AS(wg.call(&test::EchoWorker::whoami), WorkerDiedError);
+  }
+  rt.reset();
+}
