@@ -7,6 +7,7 @@
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -69,7 +70,9 @@ int main(int argc, char** argv) {
   for (int64_t t = 0; t < tok->vocab_size(); ++t) prompts["itos"].push_back(tok->decode({t}));
   const fs::path prompts_file = tmp / "prompts.json";
   std::ofstream(prompts_file) << prompts.dump();
-  const std::string cmd = "python3 " + std::string(HYFLOW_TRAINER_PEER_SCRIPT) + " " + model + " " + prompts_file.string() +
+  // Debian's python3-torch lives in /usr/bin/python3's site-packages; HYFLOW_PYTHON overrides.
+  const char* python = std::getenv("HYFLOW_PYTHON");
+  const std::string cmd = std::string(python ? python : "/usr/bin/python3") + " " + std::string(HYFLOW_TRAINER_PEER_SCRIPT) + " " + model + " " + prompts_file.string() +
                           " " + std::to_string(c.get_int("actor_rollout_ref.rollout.n")) + " " +
                           std::to_string(c.get_int("data.max_response_length")) + " " + std::to_string(steps) + " " +
                           std::to_string(c.get_double("actor_rollout_ref.actor.optim.lr"));

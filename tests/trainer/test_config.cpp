@@ -69,6 +69,8 @@ TEST_CASE("unknown keys in files and on the command line name the key") {
   } catch (const KeyError& e) {
     CHECK_THAT(e.what(), Catch::Contains("actor_rollout_ref.rollout.nn"));
   }
+  // a prefix of a known key is not guessed
+  CHECK_THROWS_WITH(c.apply_arguments({"--trainer.total_epoch=3"}), Catch::Contains("'trainer.total_epoch'"));
   std::filesystem::remove(ini);
 }
 

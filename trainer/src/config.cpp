@@ -338,10 +338,11 @@ bool Config::apply_arguments(const std::vector<std::string>& args) {
                                                                     "INI file(s) read before the overrides");
   po::parsed_options parsed(&desc);
   try {
-    parsed = po::command_line_parser(args).options(desc).style(po::command_line_style::unix_style).run();
+    parsed = po::command_line_parser(args).options(desc).style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing).run();
   } catch (const po::unknown_option& e) {
     std::string name = e.get_option_name();
     while (!name.empty() && name.front() == '-') name.erase(0, 1);
+    if (const auto eq = name.find('='); eq != std::string::npos) name.erase(eq);  // Boost keeps "=value"
     throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
   } catch (const po::error& e) {
     throw ValueError(std::string("command line: ") + e.what());
