@@ -122,6 +122,15 @@ struct collector_state {
   std::map<uint64_t, std::shared_ptr<PendingCall>> calls;
   uint64_t next_id = 0;
   bool tick_armed = false;
+  /// Remote ranks whose arguments are futures still pending: futures do not cross the
+  /// network, so they are sent once the futures resolve (checked on every tick).
+  struct Deferred {
+    uint64_t id;
+    std::shared_ptr<PendingCall> call;
+    size_t index;
+    std::vector<Value> args;
+  };
+  std::vector<Deferred> deferred;
   static inline const char* name = "hyflow.collector";
 };
 
@@ -199,6 +208,60 @@ void check_deadlines(collector_actor* self) {
   if (waiting) arm_tick(self);
 }
 
+bool has_pending_future(const std::vector<Value>& args) {
+  for (const auto& a : args)
+    if ((a.is_dataproto_future() && !a.dataproto_future().is_ready()) || a.is_value_future()) return true;
+  return false;
+}
+
+void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<PendingCall>& call, size_t i,
+               std::vector<Value> args) {
+  const int rank = call->ranks[i];
+  auto& st = self->state;
+  if (st.workers[static_cast<size_t>(rank)].node() != self->node()) {
+    try {  // resolved futures become plain values for the wire
+      for (auto& a : args)
+        if (a.is_future()) a = a.materialized();
+    } catch (...) {
+      call->fail(i, std::current_exception());
+      if (call->done()) st.calls.erase(id);
+      return;
+    }
+  }
+  self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method, std::move(args))
+      .then(
+          [self, id, call, i](Value& v) {
+            call->deliver(i, std::move(v));
+            if (call->done()) self->state.calls.erase(id);
+          },
+          [self, id, call, i, rank](caf::error& e) {
+            call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
+            if (call->done()) self->state.calls.erase(id);
+          });
+}
+
+void send_deferred(collector_actor* self) {
+  auto& st = self->state;
+  std::vector<collector_state::Deferred> still;
+  auto ready = std::move(st.deferred);
+  st.deferred.clear();
+  for (auto& d : ready) {
+    if (d.call->done()) continue;
+    if (!st.death[static_cast<size_t>(d.call->ranks[d.index])].empty()) {
+      d.call->fail(d.index, died(st, d.call->method, d.call->ranks[d.index]));
+      continue;
+    }
+    bool pending = false;
+    for (const auto& a : d.args)
+      if (a.is_dataproto_future() && !a.dataproto_future().is_ready()) pending = true;
+    if (pending) still.push_back(std::move(d));
+    else send_call(self, d.id, d.call, d.index, std::move(d.args));
+  }
+  for (auto& d : still) st.deferred.push_back(std::move(d));
+  forget_done(st);
+  if (!st.deferred.empty()) arm_tick(self);
+}
+
 caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor> workers, std::vector<std::string> names,
                                  std::shared_ptr<std::vector<std::atomic<bool>>> alive) {
   auto& st = self->state;
@@ -232,24 +295,19 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
             call->fail(i, died(st, call->method, rank));
             continue;
           }
-          self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method,
-                        std::move(call->args[i]))
-              .then(
-                  [self, id, call, i](Value& v) {
-                    call->deliver(i, std::move(v));
-                    if (call->done()) self->state.calls.erase(id);
-                  },
-                  [self, id, call, i, rank](caf::error& e) {
-                    call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
-                    if (call->done()) self->state.calls.erase(id);
-                  });
+          if (st.workers[static_cast<size_t>(rank)].node() != self->node() && has_pending_future(call->args[i])) {
+            st.deferred.push_back({id, call, i, std::move(call->args[i])});
+            continue;
+          }
+          send_call(self, id, call, i, std::move(call->args[i]));
         }
         call->args.clear();
         if (call->done()) st.calls.erase(id);  // every rank was dead already
-        else if (call->deadline) arm_tick(self);
+        else if (call->deadline || !st.deferred.empty()) arm_tick(self);
       },
       [=](tick_atom) {
         self->state.tick_armed = false;
+        send_deferred(self);
         check_deadlines(self);
       },
       [=](kill_atom, int rank) {

@@ -2,7 +2,11 @@
 #include "node_process.hpp"
 #include "test_workers.hpp"
 
+#include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/cluster.hpp>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -309,6 +313,55 @@ TEST_CASE("SIGTERM stops a caf-node with exit status 0 and the controller sees i
     CHECK(WEXITSTATUS(status) == 0);
     std::this_thread::sleep_for(200ms);
     CHECK_THROWS_AS(wg.call(&test::EchoWorker::whoami), WorkerDiedError);
+  }
+  rt.reset();
+}
+
+TEST_CASE("every dispatch mode works across 2 node processes") {
+  test::register_test_workers();
+  test::NodeProcess a, b;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    CHECK(from_value<std::vector<int>>(wg.call("add_rank", 1), "one") == std::vector<int>{1, 2, 3, 4});  // ONE_TO_ALL
+    const std::vector<int> inputs{10, 20, 30, 40};
+    CHECK(from_value<std::vector<int>>(wg.call("add_rank_dp", per_rank(inputs)), "dp") ==
+          std::vector<int>{10, 21, 32, 43});  // DP_COMPUTE
+    CHECK(from_value<std::vector<int>>(wg.call("add_rank_all", per_rank(inputs)), "all") ==
+          std::vector<int>{10, 21, 32, 43});  // ALL_TO_ALL
+    CHECK(from_value<int>(wg.call("add_rank_zero", 5), "zero") == 5);  // execute RANK_ZERO
+    auto metrics = from_value<std::vector<Json>>(wg.call("metrics", test::make_batch(8)), "metrics");  // DP_COMPUTE_METRIC
+    REQUIRE(metrics.size() == 4);
+    CHECK(metrics[3]["rank"] == 3);
+    CHECK(metrics[3]["rows"] == 2);
+    wg.call("register_mesh", "train", 2);  // nd compute: dp ranks 0,0,1,1
+    DataProto batch = test::make_batch(8);
+    DataProto nd = wg.call(&test::EchoWorker::nd_double_x, batch);
+    CHECK(torch::equal(nd.batch.at("x"), batch.batch.at("x") * 2));
+    DataProtoFuture first = wg.call(&test::EchoWorker::plus_one, batch);  // non-blocking, chained
+    DataProtoFuture second = wg.call(&test::EchoWorker::plus_one, first);
+    CHECK(torch::equal(second.get().batch.at("x"), batch.batch.at("x") + 2));
+  }
+  rt.reset();
+}
+
+TEST_CASE("a controller speaking another protocol version gets a clear error, not a hang") {
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto& sys = caf_protocol::system_of(*rt);
+    auto manager = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(node.port()));
+    REQUIRE(manager);
+    caf::scoped_actor self{sys};
+    using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
+    std::string text;
+    self->request(*manager, std::chrono::seconds(5), hello_atom::value, kNodeProtocolVersion + 1,
+                  caf::actor_cast<caf::actor>(self))
+        .receive([&](std::string&) { text = "accepted"; },
+                 [&](caf::error& e) { text = caf::to_string(e.context()); });
+    CHECK(text.find("protocol version mismatch") != std::string::npos);
   }
   rt.reset();
 }
