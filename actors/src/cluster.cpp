@@ -16,6 +16,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <torch/cuda.h>
+
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
@@ -112,7 +114,8 @@ NodeInfo local_node_info() {
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) == 0) info.hostname = host;
   info.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  info.gpus = 0;  // CPU build: GPU discovery goes through the cuda module when it is present
+  // Count only: names and memory need the CUDA runtime (the cuda module), not linked here.
+  info.gpus = static_cast<int>(torch::cuda::device_count());
   info.protocol_version = kNodeProtocolVersion;
   return info;
 }
