@@ -18,7 +18,7 @@ DataProto make(int64_t n, bool auto_padding = false) {
   auto ids = torch::arange(n, torch::kLong);
   auto obs = torch::stack({ids.to(torch::kFloat), ids.to(torch::kFloat) + 0.5f}, 1);
   Column uid;
-  for (int64_t i = 0; i < n; ++i) uid.push_back("u" + std::to_string(i));
+  for (int64_t i = 0; i < n; ++i) uid.push_back(std::string("u").append(std::to_string(i)));
   NonTensorBatch nt;
   nt["uid"] = uid;
   return DataProto::from_dict(TensorDict{{"obs", obs}, {"ids", ids}}, nt, Json{{"temperature", 1.0}}, auto_padding);

@@ -92,7 +92,7 @@ TEST_CASE("randomized round trips over shapes and dtypes") {
       auto dtype = dtypes[rng() % dtypes.size()];
       auto t = dtype == torch::kBool ? torch::rand(shape).gt(0.5)
                                      : (torch::randn(shape) * 100).to(dtype);
-      td.set("k" + std::to_string(k), t);
+      td.set(std::string("k").append(std::to_string(k)), t);
     }
     NonTensorBatch nt;
     if (rng() % 2) {
