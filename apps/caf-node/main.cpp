@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       "middleman heartbeat interval in ms (0: off; must match the controller's)")(
       "connection-timeout-ms", po::value<int>()->default_value(0),
       "drop a peer silent for this long (0: never; needs heartbeats on both ends)")(
-      "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)");
+      "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)")(
+      "exit-with-parent", "stop (as on SIGTERM) when the process that started this one exits (tests, supervisors)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -65,6 +66,14 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+  if (vm.count("exit-with-parent")) {
+    const pid_t parent = getppid();
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      hyflow::cluster_log("parent process exited");
+      kill(getpid(), SIGTERM);
+    }).detach();
+  }
   int signal = 0;
   try {
     hyflow::NodeServer server(options);

@@ -22,7 +22,7 @@ namespace test {
 class NodeProcess {
  public:
   explicit NodeProcess(std::vector<std::string> extra_args = {}) {
-    std::vector<std::string> args{CAF_NODE_PATH, "--port=0", "--bind=127.0.0.1"};
+    std::vector<std::string> args{CAF_NODE_PATH, "--port=0", "--bind=127.0.0.1", "--exit-with-parent"};
     for (auto& a : extra_args) args.push_back(std::move(a));
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -33,6 +33,8 @@ class NodeProcess {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, out[0]);
+    // The child must not inherit this process's sockets (CAF connections, other children's pipes).
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     int rc = posix_spawn(&pid_, CAF_NODE_PATH, &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
