@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,18 @@ class NodeProcess {
     }
     fd_ = out[0];
     // First line: "caf-node listening on 127.0.0.1:PORT"
+    try {
+      port_ = read_port();
+    } catch (...) {  // never leave a child behind
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status_, 0);
+      close(fd_);
+      throw;
+    }
+  }
+
+ private:
+  int read_port() {
     std::string line;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (line.find('\n') == std::string::npos) {
@@ -53,12 +66,15 @@ class NodeProcess {
         throw std::runtime_error("caf-node did not report its port within 20 s");
       char buf[256];
       ssize_t n = read(fd_, buf, sizeof buf);
-      if (n <= 0) throw std::runtime_error("caf-node exited before listening: " + line);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("caf-node exited before listening (read " + std::to_string(n) + "): " + line);
       line.append(buf, static_cast<size_t>(n));
     }
     auto colon = line.rfind(':');
-    port_ = std::stoi(line.substr(colon + 1));
+    return std::stoi(line.substr(colon + 1));
   }
+
+ public:
   ~NodeProcess() {
     if (pid_ > 0) {
       kill(pid_, SIGCONT);
