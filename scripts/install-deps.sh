@@ -13,6 +13,7 @@ packages=(
   libboost-program-options-dev
   nlohmann-json3-dev
   libgloo-dev
+  libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
 )
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite from a clean clone: dependencies, Release build with assertions,
-# every CTest test; then the tests labelled "sanitize" again under address+undefined
-# sanitizers (only their targets are built a second time).
+# every CTest test except those labelled "known-flaky" (listed in docs/architecture.md with the
+# reason); then the tests labelled "sanitize" again under address+undefined sanitizers (only
+# their targets are built a second time).
 # Set HYFLOW_SKIP_SANITIZE=1 to skip the sanitizer pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/install-deps.sh
 scripts/build.sh build
-ctest --test-dir build --output-on-failure --no-tests=error -j "$(nproc)"
+ctest --test-dir build --output-on-failure --no-tests=error -LE known-flaky -j "$(nproc)"
 echo "test.sh: Release suite passed after $(( $(date +%s) - start )) s"
 
 if [ "${HYFLOW_SKIP_SANITIZE:-0}" != 1 ]; then
