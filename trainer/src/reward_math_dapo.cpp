@@ -46,15 +46,7 @@ bool is_ascii_digits(const std::string& s) {
 std::optional<std::string> last_boxed_only_string(const std::string& string) {
   const size_t idx = string.rfind("\\boxed{");
   if (idx == std::string::npos) return std::nullopt;
-  int open = 0;
-  for (size_t i = idx; i < string.size(); ++i) {
-    if (string[i] == '{') ++open;
-    if (string[i] == '}') {
-      --open;
-      if (open == 0) return string.substr(idx, i + 1 - idx);
-    }
-  }
-  return std::nullopt;
+  return detail::balanced_brace_span(string, idx);
 }
 
 std::string remove_boxed(const std::string& s) {

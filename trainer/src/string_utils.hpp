@@ -1,6 +1,7 @@
 #pragma once
 // Python str semantics the rule scorers rely on (replace, split, slicing by code point).
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,20 @@ inline std::string strip(std::string_view s) {
   if (b == std::string_view::npos) return {};
   const size_t e = s.find_last_not_of(ws);
   return std::string(s.substr(b, e - b + 1));
+}
+
+/// The text from `start` through the brace that closes the first '{' at or after it
+/// (e.g. "\\boxed{a{b}}"), or nullopt when the braces never balance.
+inline std::optional<std::string> balanced_brace_span(const std::string& s, size_t start) {
+  int open = 0;
+  for (size_t i = start; i < s.size(); ++i) {
+    if (s[i] == '{') ++open;
+    if (s[i] == '}') {
+      --open;
+      if (open == 0) return s.substr(start, i + 1 - start);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace hyflow::reward_score::detail
