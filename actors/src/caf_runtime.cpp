@@ -4,6 +4,7 @@
 #include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/colocated.hpp>
+#include <hyflow/actors/data_plane.hpp>
 #include <hyflow/actors/detail/pending_call.hpp>
 #include <hyflow/actors/runtime.hpp>
 
@@ -38,6 +39,7 @@ std::string kind_of(const std::exception& e) {
   if (dynamic_cast<const KeyError*>(&e)) return "KeyError";
   if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
   if (dynamic_cast<const FormatError*>(&e)) return "FormatError";
+  if (dynamic_cast<const DataPlaneError*>(&e)) return "DataPlaneError";
   if (dynamic_cast<const BindError*>(&e)) return "BindError";
   if (dynamic_cast<const NotSupportedError*>(&e)) return "NotSupportedError";
   if (dynamic_cast<const CallError*>(&e)) return "CallError";
@@ -73,10 +75,15 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
         if (!st.created.worker) return make_error(errc::method_failed, "Error", "worker is not initialized");
         try {
           const MethodEntry& entry = st.created.table->at(method, st.spec.type);
+          // Large DataProtos to and from another process travel over the data plane.
+          const bool remote = self->current_sender() && self->current_sender()->node() != self->node();
+          if (remote) import_refs(args, DataPlane::process_options().io_timeout);
           if (entry.options.materialize_futures)
             for (auto& a : args)
               if (a.is_future()) a = a.materialized();
-          return entry.invoke(*st.created.worker, args);
+          Value result = entry.invoke(*st.created.worker, args);
+          if (remote) export_large(result, /*expires=*/true);
+          return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.
           self->quit(make_error(errc::worker_exit, "exit", e.reason));
@@ -214,14 +221,42 @@ bool has_pending_future(const std::vector<Value>& args) {
   return false;
 }
 
+/// A remote rank's result: handles to data plane objects are pulled from the worker's node.
+/// False when the rank failed instead (the error names it).
+bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& call, size_t i, int rank, Value& v) {
+  auto refs = object_refs_in(v);
+  if (refs.empty()) return true;
+  const auto timeout = DataPlane::process_options().io_timeout;
+  if (call->settled(i)) {  // too late (deadline, death): free the objects at their holder
+    for (const auto& r : refs) DataPlane::discard(r, timeout);
+    return false;
+  }
+  try {
+    import_refs(v, timeout);
+    return true;
+  } catch (const std::exception& e) {
+    call->fail(i, std::make_exception_ptr(CallError(call->method, rank, e.what(),
+                                                    "method '" + call->method + "': the result of " +
+                                                        rank_label(self->state, rank) + " could not be received: " +
+                                                        e.what())));
+    return false;
+  }
+}
+
 void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<PendingCall>& call, size_t i,
                std::vector<Value> args) {
   const int rank = call->ranks[i];
   auto& st = self->state;
-  if (st.workers[static_cast<size_t>(rank)].node() != self->node()) {
-    try {  // resolved futures become plain values for the wire
+  const bool remote = st.workers[static_cast<size_t>(rank)].node() != self->node();
+  if (remote) {
+    try {  // resolved futures become plain values for the wire; large DataProtos go by data plane
       for (auto& a : args)
         if (a.is_future()) a = a.materialized();
+      auto refs = export_large(args, /*expires=*/false);
+      if (!refs.empty())  // fetched by the worker, or freed here once the rank settles
+        call->on_settled(i, [refs] {
+          for (const auto& r : refs) DataPlane::process().release(r.id);
+        });
     } catch (...) {
       call->fail(i, std::current_exception());
       if (call->done()) st.calls.erase(id);
@@ -230,8 +265,8 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
   }
   self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method, std::move(args))
       .then(
-          [self, id, call, i](Value& v) {
-            call->deliver(i, std::move(v));
+          [self, id, call, i, rank, remote](Value& v) {
+            if (!remote || receive_remote(self, call, i, rank, v)) call->deliver(i, std::move(v));
             if (call->done()) self->state.calls.erase(id);
           },
           [self, id, call, i, rank](caf::error& e) {

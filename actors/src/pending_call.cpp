@@ -4,7 +4,38 @@ namespace hyflow::detail {
 
 PendingCall::PendingCall(std::string m, std::vector<int> r, std::vector<std::vector<Value>> a, int ws)
     : method(std::move(m)), ranks(std::move(r)), args(std::move(a)), world_size(ws),
-      results_(ranks.size()), errors_(ranks.size()), answered_at_(ranks.size()), remaining_(ranks.size()) {}
+      results_(ranks.size()), errors_(ranks.size()), answered_at_(ranks.size()), cleanups_(ranks.size()),
+      remaining_(ranks.size()) {}
+
+PendingCall::~PendingCall() {
+  for (auto& fns : cleanups_)
+    for (auto& fn : fns) fn();
+}
+
+void PendingCall::run_cleanups(size_t index, std::unique_lock<std::mutex>& lock) {
+  if (cleanups_[index].empty()) return;
+  auto fns = std::move(cleanups_[index]);
+  cleanups_[index].clear();
+  lock.unlock();  // a settled index takes no new cleanups: they run at once
+  for (auto& fn : fns) fn();
+  lock.lock();
+}
+
+bool PendingCall::settled(size_t index) const {
+  std::lock_guard lock(mutex_);
+  return results_[index] || errors_[index];
+}
+
+void PendingCall::on_settled(size_t index, std::function<void()> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!results_[index] && !errors_[index]) {
+      cleanups_[index].push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
 
 void PendingCall::finish_one_locked(std::unique_lock<std::mutex>& lock) {
   if (--remaining_ > 0) return;
@@ -23,6 +54,7 @@ void PendingCall::deliver(size_t index, Value value) {
   if (results_[index] || errors_[index]) return;  // already failed (watchdog, down) or answered
   results_[index] = std::move(value);
   answered_at_[index] = Clock::now();
+  run_cleanups(index, lock);
   finish_one_locked(lock);
 }
 
@@ -31,6 +63,7 @@ void PendingCall::fail(size_t index, std::exception_ptr error) {
   if (results_[index] || errors_[index]) return;
   errors_[index] = std::move(error);
   answered_at_[index] = Clock::now();
+  run_cleanups(index, lock);
   finish_one_locked(lock);
 }
 

@@ -13,6 +13,7 @@
 
 #include <hyflow/actors/all.hpp>
 #include <hyflow/actors/cluster.hpp>
+#include <hyflow/actors/data_plane.hpp>
 
 #include <torch/torch.h>
 
@@ -239,7 +240,9 @@ struct OurFigures {
 
 /// One caf-node child hosting one ClusterBenchWorker; `plane` picks how DataProtos travel.
 OurFigures measure_ours(int calls, int reps, bool plane) {
-  if (plane) die("no data plane in this build");
+  // The child inherits the environment: this switches its data plane as well as ours.
+  ::setenv("HYFLOW_DATA_PLANE", plane ? "on" : "off", 1);
+  DataPlane::configure(DataPlaneOptions::from_environment());
   test::NodeProcess node;
   OurFigures f;
   auto rt = std::make_unique<Runtime>(RuntimeOptions{.network = true});
@@ -272,7 +275,7 @@ OurFigures measure_ours(int calls, int reps, bool plane) {
 
 int main(int argc, char** argv) {
   int reps = 10, calls = 2000;
-  std::string mode = "inline";
+  std::string mode = "both";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--raw-peer") return raw_peer_main();

@@ -41,6 +41,10 @@ struct PendingCall {
   std::function<void(PendingCall&)> on_complete;
 
   PendingCall(std::string method, std::vector<int> ranks, std::vector<std::vector<Value>> args, int world_size);
+  /// Runs the cleanups of ranks that never settled.
+  ~PendingCall();
+  PendingCall(const PendingCall&) = delete;
+  PendingCall& operator=(const PendingCall&) = delete;
 
   void deliver(size_t index, Value value);
   void fail(size_t index, std::exception_ptr error);
@@ -52,6 +56,11 @@ struct PendingCall {
   std::vector<int> unanswered() const;
   /// Marks the deadline reported (true the first time).
   bool take_deadline_report();
+  /// True once index `index` was answered or failed.
+  bool settled(size_t index) const;
+  /// Runs `fn` once index `index` settles (answered, failed, timed out), at once when it has;
+  /// the transport frees what it holds for that rank (data plane objects).
+  void on_settled(size_t index, std::function<void()> fn);
 
   /// After done(): outputs in rank order, or throws one error naming the method and the
   /// lowest failed rank (and how many others failed).
@@ -61,11 +70,13 @@ struct PendingCall {
 
  private:
   void finish_one_locked(std::unique_lock<std::mutex>& lock);
+  void run_cleanups(size_t index, std::unique_lock<std::mutex>& lock);
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   std::vector<std::optional<Value>> results_;
   std::vector<std::exception_ptr> errors_;
   std::vector<Clock::time_point> answered_at_;
+  std::vector<std::vector<std::function<void()>>> cleanups_;
   size_t remaining_;
   bool deadline_reported_ = false;
 };

@@ -1,0 +1,160 @@
+#pragma once
+// The data plane: large DataProtos travel between processes over a plain TCP connection of
+// their own, beside the CAF control messages (as Ray's object store does beside its RPCs).
+//
+// Every process that sends a large DataProto to another process holds its encoded bytes (the
+// DataProto wire format) in its DataPlane, a small TCP server, and the CAF message carries only
+// a handle: the holder's host and port, a random 128-bit object id and the size. The receiver
+// pulls the bytes and decodes them with deserialize_owned (no copy). An object is freed once
+// fetched, when its call settles (answered, failed, timed out), or after object_ttl.
+//
+// Protocol (one request per connection, little-endian):
+//   client -> "HFOB" | op (1 = fetch, 2 = discard) | 16-byte id
+//   fetch:   server -> status (0 = ok, 1 = unknown id) | u64 size | size bytes
+//   discard: server -> status
+// Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
+// holder's address and the object id.
+//
+// The WorkerGroup API does not change: the runtime's transport swaps DataProtos for handles
+// (export_large) and back (import_refs) when a call or its result crosses processes.
+
+#include <hyflow/actors/value.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hyflow {
+
+/// Moving an object over the data plane failed: connection refused, timeout, short read,
+/// unknown or already fetched id. what() names the holder ("host:port") and the object id.
+class DataPlaneError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct DataPlaneOptions {
+  /// Listen address of this process's data server (127.0.0.1: this machine only).
+  std::string bind = "127.0.0.1";
+  /// Host that peers use to reach this server; empty: `bind`, or the host name when `bind`
+  /// is 0.0.0.0.
+  std::string advertise;
+  /// TCP port (0: a free one).
+  int port = 0;
+  /// DataProtos whose encoding is at least this many bytes travel over the data plane;
+  /// smaller ones stay inline in the CAF message.
+  size_t threshold_bytes = size_t{1} << 20;
+  /// Limit on every single socket operation (connect, each wait to send or receive).
+  std::chrono::milliseconds io_timeout{10000};
+  /// Objects put with `expires` that nobody fetched or released are dropped after this long
+  /// (results a worker holds for a controller that went away).
+  std::chrono::milliseconds object_ttl{600000};
+  /// Off: every DataProto stays inline in the CAF messages.
+  bool enabled = true;
+
+  /// Defaults overridden by the environment: HYFLOW_DATA_PLANE=off, HYFLOW_DATA_PLANE_BIND,
+  /// HYFLOW_DATA_PLANE_HOST (advertise), HYFLOW_DATA_PLANE_THRESHOLD (bytes),
+  /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS. A malformed value is a ValueError naming the variable.
+  static DataPlaneOptions from_environment();
+};
+
+/// A handle to an object held by some process's DataPlane.
+struct ObjectRef {
+  std::string host;
+  int port = 0;
+  std::string id;  ///< 32 hex digits (128 random bits): unguessable, so it doubles as the token
+  uint64_t size = 0;
+
+  std::string address() const { return host + ":" + std::to_string(port); }
+  Json to_json() const;
+  /// FormatError naming the field when `j` is not a handle.
+  static ObjectRef from_json(const Json& j);
+};
+
+/// Counters of one DataPlane (what it was given and what became of it).
+struct DataPlaneStats {
+  uint64_t put = 0;       ///< objects stored
+  uint64_t fetched = 0;   ///< objects served (and so freed)
+  uint64_t released = 0;  ///< freed by release() or a peer's discard before being fetched
+  uint64_t expired = 0;   ///< freed after object_ttl
+  uint64_t unknown = 0;   ///< requests for ids it does not hold
+  uint64_t bytes_served = 0;
+};
+
+/// One TCP server holding encoded objects until they are pulled.
+class DataPlane {
+ public:
+  /// Binds and starts serving; DataPlaneError when the address cannot be bound.
+  explicit DataPlane(DataPlaneOptions options = {});
+  /// Stops the server (waits for transfers in progress, each bounded by io_timeout) and
+  /// frees every object.
+  ~DataPlane();
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
+
+  /// Stores `bytes` until fetched or released, or (with `expires`) until object_ttl passes;
+  /// the handle names this server.
+  ObjectRef put(std::vector<char> bytes, bool expires = true);
+  /// Stores a DataProto, encoded in the wire format (serialization.hpp) when it is fetched
+  /// (into a buffer kept from earlier sends, up to 2 are kept): until then only tensor handles
+  /// are held, no copy. The handle's size is the encoding's.
+  ObjectRef put(DataProto data, bool expires = true);
+  /// Frees an object; false when it was already gone (fetched, released, expired).
+  bool release(const std::string& id);
+  /// Objects held now.
+  size_t held() const;
+  DataPlaneStats stats() const;
+  const DataPlaneOptions& options() const;
+  int port() const;
+
+  /// Pulls the object from its holder (which frees it there). DataPlaneError naming the
+  /// holder and the id on a refused connection, a timeout, a short read, a size that differs
+  /// from the handle's, or an id the holder does not have.
+  static std::vector<char> fetch(const ObjectRef& ref, std::chrono::milliseconds io_timeout);
+  /// Asks the holder to free the object; true when it held it. Never throws: an unreachable
+  /// holder is reported as false (its objects expire anyway).
+  static bool discard(const ObjectRef& ref, std::chrono::milliseconds io_timeout) noexcept;
+  /// Objects this process has pulled from any holder with fetch() (for diagnostics and tests).
+  static uint64_t fetches();
+
+  /// The process-wide plane used by the runtime, started on first use with the options given
+  /// to configure(), else DataPlaneOptions::from_environment().
+  static DataPlane& process();
+  /// Options of the process-wide plane (the threshold decides what travels over it). Called
+  /// after the plane has started, only the threshold and `enabled` change.
+  static void configure(DataPlaneOptions options);
+  /// The options the process-wide plane has or will start with.
+  static DataPlaneOptions process_options();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True when `v` is a data-plane handle (a JSON object with the reserved key
+/// "$hyflow_object"; user JSON must not use that key at the top level).
+bool is_object_ref(const Value& v);
+
+/// Replaces every DataProto in `values` (also inside lists) whose encoding reaches the
+/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when the plane is disabled.
+std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires = true);
+std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires = true);
+/// The same with the process-wide plane, which starts only when a DataProto reaches the
+/// threshold (small payloads never start a server).
+std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires = true);
+std::vector<ObjectRef> export_large(Value& value, bool expires = true);
+
+/// Handles inside `value` (also inside lists), without fetching anything.
+std::vector<ObjectRef> object_refs_in(const Value& value);
+
+/// Replaces every handle in `values` by the DataProto it names, pulled from its holder and
+/// decoded without a copy. DataPlaneError (see fetch) or FormatError on bad bytes; objects
+/// not reached yet are discarded at their holders so that nothing is left behind.
+void import_refs(std::vector<Value>& values, std::chrono::milliseconds io_timeout);
+void import_refs(Value& value, std::chrono::milliseconds io_timeout);
+
+}  // namespace hyflow

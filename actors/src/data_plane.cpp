@@ -1,0 +1,774 @@
+// The data plane's TCP server and client (see data_plane.hpp for the protocol). Plain POSIX
+// sockets: every wait goes through poll() with the io_timeout, so no operation can hang.
+#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/dataproto/serialization.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <condition_variable>
+#include <optional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace hyflow {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kMagic[4] = {'H', 'F', 'O', 'B'};
+constexpr uint8_t kOpFetch = 1, kOpDiscard = 2;
+constexpr uint8_t kStatusOk = 0, kStatusUnknown = 1, kStatusEncodeFailed = 2;
+constexpr size_t kIdBytes = 16;
+constexpr const char* kRefKey = "$hyflow_object";
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+/// A file descriptor closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/// Waits until `fd` is ready for `events`; false on timeout. Throws on poll errors.
+bool wait_for(int fd, short events, std::chrono::milliseconds timeout) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) throw DataPlaneError("poll failed: " + errno_text(errno));
+  }
+}
+
+/// Sends all of [data, data + n); `what` names the peer and object for errors.
+void send_all(int fd, const char* data, size_t n, std::chrono::milliseconds timeout, const std::string& what) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = ::send(fd, data + done, n - done, MSG_NOSIGNAL);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(fd, POLLOUT, timeout))
+        throw DataPlaneError(what + ": send timed out after " + std::to_string(timeout.count()) + " ms (" +
+                             std::to_string(done) + " of " + std::to_string(n) + " bytes sent)");
+      continue;
+    }
+    throw DataPlaneError(what + ": send failed after " + std::to_string(done) + " of " + std::to_string(n) +
+                         " bytes: " + errno_text(errno));
+  }
+}
+
+/// Receives exactly n bytes; a peer that closes early is a "short read".
+void recv_all(int fd, char* data, size_t n, std::chrono::milliseconds timeout, const std::string& what) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = ::recv(fd, data + done, n - done, 0);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    if (k == 0)
+      throw DataPlaneError(what + ": short read: the peer closed the connection after " + std::to_string(done) + " of " +
+                           std::to_string(n) + " bytes");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd, POLLIN, timeout))
+        throw DataPlaneError(what + ": receive timed out after " + std::to_string(timeout.count()) + " ms (" +
+                             std::to_string(done) + " of " + std::to_string(n) + " bytes received)");
+      continue;
+    }
+    throw DataPlaneError(what + ": receive failed after " + std::to_string(done) + " of " + std::to_string(n) +
+                         " bytes: " + errno_text(errno));
+  }
+}
+
+std::string to_hex(const unsigned char* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = digits[p[i] >> 4];
+    out[2 * i + 1] = digits[p[i] & 15];
+  }
+  return out;
+}
+
+/// 16 id bytes from 32 hex digits; false when `hex` is not that.
+bool from_hex(const std::string& hex, unsigned char* out) {
+  if (hex.size() != 2 * kIdBytes) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < kIdBytes; ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+std::string random_id() {
+  unsigned char buf[kIdBytes];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    ssize_t k = ::getrandom(buf + got, sizeof buf - got, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) throw DataPlaneError("cannot draw a random object id: " + errno_text(errno));
+    got += static_cast<size_t>(k);
+  }
+  return to_hex(buf, sizeof buf);
+}
+
+void put_u64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+/// Connects to host:port within `timeout` (non-blocking connect + poll).
+Fd connect_to(const std::string& host, int port, std::chrono::milliseconds timeout, const std::string& what) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    throw DataPlaneError(what + ": cannot resolve host '" + host + "': " + gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, ::freeaddrinfo);
+  std::string last = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    if (fd.get() < 0) {
+      last = errno_text(errno);
+      continue;
+    }
+    set_nonblocking(fd.get());
+    set_nodelay(fd.get());
+    int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno != EINPROGRESS) {
+      last = errno_text(errno);
+      continue;
+    }
+    if (rc != 0) {
+      if (!wait_for(fd.get(), POLLOUT, timeout)) {
+        last = "connect timed out after " + std::to_string(timeout.count()) + " ms";
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = errno_text(err);
+        continue;
+      }
+    }
+    return fd;
+  }
+  throw DataPlaneError(what + ": cannot connect: " + last);
+}
+
+/// An empty vector with capacity for `n` bytes. Large ones ask for transparent huge pages, so
+/// that first touching them costs a few faults instead of one per 4 KiB page.
+std::vector<char> reserve_buffer(size_t n) {
+  std::vector<char> v;
+  v.reserve(n);
+  constexpr uintptr_t huge = uintptr_t{2} << 20;
+  if (n >= 2 * huge) {
+    const auto begin = (reinterpret_cast<uintptr_t>(v.data()) + huge - 1) & ~(huge - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(v.data()) + n) & ~(huge - 1);
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+  return v;
+}
+
+std::atomic<uint64_t> client_fetches{0};
+
+std::string describe(const ObjectRef& ref) { return "data plane object " + ref.id + " at " + ref.address(); }
+
+/// Sends one request; returns the connected socket for the reply.
+Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout) {
+  const std::string what = describe(ref);
+  unsigned char id[kIdBytes];
+  if (!from_hex(ref.id, id)) throw DataPlaneError(what + ": the id is not 32 hex digits");
+  Fd fd = connect_to(ref.host, ref.port, timeout, what);
+  char req[4 + 1 + kIdBytes];
+  std::memcpy(req, kMagic, 4);
+  req[4] = static_cast<char>(op);
+  std::memcpy(req + 5, id, kIdBytes);
+  send_all(fd.get(), req, sizeof req, timeout, what);
+  return fd;
+}
+
+}  // namespace
+
+// ---- ObjectRef --------------------------------------------------------------------------------
+
+Json ObjectRef::to_json() const {
+  return Json{{kRefKey, Json{{"host", host}, {"port", port}, {"id", id}, {"size", size}}}};
+}
+
+ObjectRef ObjectRef::from_json(const Json& j) {
+  if (!j.is_object() || !j.contains(kRefKey) || !j.at(kRefKey).is_object())
+    throw FormatError(std::string("not a data plane handle (no '") + kRefKey + "' object): " + j.dump().substr(0, 200));
+  const Json& h = j.at(kRefKey);
+  ObjectRef r;
+  try {
+    r.host = h.at("host").get<std::string>();
+    r.port = h.at("port").get<int>();
+    r.id = h.at("id").get<std::string>();
+    r.size = h.at("size").get<uint64_t>();
+  } catch (const Json::exception& e) {
+    throw FormatError(std::string("data plane handle: ") + e.what() + " in " + h.dump());
+  }
+  return r;
+}
+
+// ---- options ----------------------------------------------------------------------------------
+
+DataPlaneOptions DataPlaneOptions::from_environment() {
+  DataPlaneOptions o;
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  auto number = [](const char* name, const std::string& text) -> uint64_t {
+    try {
+      size_t used = 0;
+      auto v = std::stoull(text, &used);
+      if (used != text.size()) throw std::invalid_argument("trailing");
+      return v;
+    } catch (const std::exception&) {
+      throw ValueError(std::string(name) + "='" + text + "' is not a non-negative integer");
+    }
+  };
+  if (auto v = env("HYFLOW_DATA_PLANE"); !v.empty()) {
+    if (v == "off" || v == "0") o.enabled = false;
+    else if (v == "on" || v == "1") o.enabled = true;
+    else throw ValueError("HYFLOW_DATA_PLANE='" + v + "' must be on or off");
+  }
+  if (auto v = env("HYFLOW_DATA_PLANE_BIND"); !v.empty()) o.bind = v;
+  if (auto v = env("HYFLOW_DATA_PLANE_HOST"); !v.empty()) o.advertise = v;
+  if (auto v = env("HYFLOW_DATA_PLANE_THRESHOLD"); !v.empty())
+    o.threshold_bytes = static_cast<size_t>(number("HYFLOW_DATA_PLANE_THRESHOLD", v));
+  if (auto v = env("HYFLOW_DATA_PLANE_TIMEOUT_MS"); !v.empty()) {
+    o.io_timeout = std::chrono::milliseconds(number("HYFLOW_DATA_PLANE_TIMEOUT_MS", v));
+    if (o.io_timeout.count() <= 0) throw ValueError("HYFLOW_DATA_PLANE_TIMEOUT_MS must be positive");
+  }
+  if (auto v = env("HYFLOW_DATA_PLANE_TTL_MS"); !v.empty())
+    o.object_ttl = std::chrono::milliseconds(number("HYFLOW_DATA_PLANE_TTL_MS", v));
+  return o;
+}
+
+// ---- server -----------------------------------------------------------------------------------
+
+struct DataPlane::Impl {
+  /// Encoded bytes, or a DataProto encoded when fetched (so that encoding on this side
+  /// overlaps with the fetcher preparing its buffer, and nothing is copied while it waits).
+  struct Object {
+    std::shared_ptr<std::vector<char>> bytes;
+    std::shared_ptr<const DataProto> data;
+    uint64_t size = 0;
+    Clock::time_point expires;
+  };
+  /// Buffers of objects already sent, kept for the next put (their pages are mapped: encoding
+  /// into them is one memcpy, without page faults).
+  static constexpr size_t kSpareBuffers = 2;
+  std::vector<std::vector<char>> spare;
+
+  void recycle_locked(std::shared_ptr<std::vector<char>>& bytes) {
+    if (bytes && bytes.use_count() == 1 && bytes->capacity() >= options.threshold_bytes && spare.size() < kSpareBuffers)
+      spare.push_back(std::move(*bytes));
+    bytes.reset();
+  }
+  DataPlaneOptions options;
+  std::string advertise;
+  Fd listener;
+  int wake[2] = {-1, -1};  ///< a pipe: writing to it stops the accept loop
+  int port = 0;
+  mutable std::mutex mutex;
+  std::map<std::string, Object> objects;
+  DataPlaneStats stats;
+  std::thread acceptor;
+  /// Connections being served (one detached thread each, bounded by io_timeout per operation).
+  int active = 0;
+  std::condition_variable idle;
+  std::atomic<bool> stopping{false};
+
+  void expire_locked(Clock::time_point now) {
+    for (auto it = objects.begin(); it != objects.end();) {
+      if (it->second.expires <= now) {
+        ++stats.expired;
+        it = objects.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void accept_loop() {
+    pollfd fds[2] = {{listener.get(), POLLIN, 0}, {wake[0], POLLIN, 0}};
+    while (!stopping) {
+      int rc = ::poll(fds, 2, 1000);
+      {
+        std::lock_guard lock(mutex);
+        expire_locked(Clock::now());
+      }
+      if (rc < 0 && errno != EINTR) break;
+      if (rc <= 0 || stopping || (fds[1].revents & POLLIN)) continue;
+      int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) continue;
+      set_nodelay(c);
+      {
+        std::lock_guard lock(mutex);
+        ++active;
+      }
+      std::thread([this, c] {
+        serve(Fd(c));
+        std::lock_guard lock(mutex);
+        if (--active == 0) idle.notify_all();
+      }).detach();
+    }
+  }
+
+  /// An empty buffer with room for `n` bytes: a spare one when large enough, else fresh.
+  std::vector<char> take_buffer(size_t n) {
+    {
+      std::lock_guard lock(mutex);
+      for (auto it = spare.begin(); it != spare.end(); ++it)
+        if (it->capacity() >= n) {
+          std::vector<char> out = std::move(*it);
+          spare.erase(it);
+          return out;
+        }
+    }
+    return reserve_buffer(n);
+  }
+
+  void give_back(std::shared_ptr<std::vector<char>>& bytes) {
+    std::lock_guard lock(mutex);
+    recycle_locked(bytes);
+  }
+
+  /// One request on one connection. Errors only end this connection.
+  void serve(Fd fd) {
+    const auto timeout = options.io_timeout;
+    try {
+      char req[4 + 1 + kIdBytes];
+      recv_all(fd.get(), req, sizeof req, timeout, "data plane server");
+      const uint8_t op = static_cast<uint8_t>(req[4]);
+      if (std::memcmp(req, kMagic, 4) != 0 || (op != kOpFetch && op != kOpDiscard)) return;  // not ours: hang up
+      const std::string id = to_hex(reinterpret_cast<const unsigned char*>(req + 5), kIdBytes);
+      std::optional<Object> object;
+      {
+        std::lock_guard lock(mutex);
+        auto it = objects.find(id);
+        if (it == objects.end()) {
+          ++stats.unknown;
+        } else {
+          object = std::move(it->second);  // one consumer: freed once handed out
+          objects.erase(it);
+          if (op == kOpFetch) {
+            ++stats.fetched;
+            stats.bytes_served += object->size;
+          } else {
+            ++stats.released;
+          }
+        }
+      }
+      if (op == kOpDiscard) {
+        const char status = static_cast<char>(object ? kStatusOk : kStatusUnknown);
+        if (object) give_back(object->bytes);
+        send_all(fd.get(), &status, 1, timeout, "data plane server");
+        return;
+      }
+      char head[1 + 8] = {static_cast<char>(kStatusUnknown)};
+      if (object && object->data) {
+        try {
+          auto buf = std::make_shared<std::vector<char>>(take_buffer(object->size));
+          serialize_into(*object->data, *buf);
+          object->data.reset();
+          if (buf->size() != object->size) throw FormatError("encoded size changed since put");
+          object->bytes = std::move(buf);
+        } catch (const std::exception&) {
+          head[0] = static_cast<char>(kStatusEncodeFailed);
+          send_all(fd.get(), head, sizeof head, timeout, "data plane server");
+          return;
+        }
+      }
+      if (object) {
+        head[0] = static_cast<char>(kStatusOk);
+        put_u64(head + 1, object->size);
+      }
+      send_all(fd.get(), head, sizeof head, timeout, "data plane server");
+      if (object) send_all(fd.get(), object->bytes->data(), object->bytes->size(), timeout, "data plane server");
+      if (object) give_back(object->bytes);
+    } catch (const std::exception&) {
+      // The client sees the broken connection (short read / timeout) and reports it.
+    }
+  }
+};
+
+DataPlane::DataPlane(DataPlaneOptions options) : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.options = std::move(options);
+  if (im.options.io_timeout.count() <= 0) throw ValueError("DataPlaneOptions::io_timeout must be positive");
+  const std::string where = "data plane on " + im.options.bind + ":" + std::to_string(im.options.port);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(im.options.port));
+  const std::string bind_host = im.options.bind == "localhost" ? "127.0.0.1" : im.options.bind;
+  if (::inet_pton(AF_INET, bind_host.c_str(), &addr.sin_addr) != 1)
+    throw DataPlaneError(where + ": '" + im.options.bind + "' is not an IPv4 address");
+  im.listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (im.listener.get() < 0) throw DataPlaneError(where + ": socket failed: " + errno_text(errno));
+  int one = 1;
+  ::setsockopt(im.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw DataPlaneError(where + ": cannot bind: " + errno_text(errno));
+  if (::listen(im.listener.get(), 64) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
+  socklen_t len = sizeof addr;
+  ::getsockname(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  im.port = ntohs(addr.sin_port);
+  im.advertise = im.options.advertise;
+  if (im.advertise.empty()) {
+    im.advertise = bind_host;
+    if (bind_host == "0.0.0.0") {
+      char host[256] = {0};
+      if (::gethostname(host, sizeof host - 1) == 0) im.advertise = host;
+    }
+  }
+  if (::pipe2(im.wake, O_CLOEXEC) != 0) throw DataPlaneError(where + ": pipe failed: " + errno_text(errno));
+  im.acceptor = std::thread([&im] { im.accept_loop(); });
+}
+
+DataPlane::~DataPlane() {
+  auto& im = *impl_;
+  im.stopping = true;
+  if (im.wake[1] >= 0) (void)!::write(im.wake[1], "x", 1);
+  if (im.acceptor.joinable()) im.acceptor.join();
+  std::unique_lock lock(im.mutex);
+  im.idle.wait(lock, [&] { return im.active == 0; });
+  lock.unlock();
+  for (int fd : im.wake)
+    if (fd >= 0) ::close(fd);
+}
+
+ObjectRef DataPlane::put(std::vector<char> bytes, bool expires) {
+  auto& im = *impl_;
+  ObjectRef ref;
+  ref.host = im.advertise;
+  ref.port = im.port;
+  ref.id = random_id();
+  ref.size = bytes.size();
+  std::lock_guard lock(im.mutex);
+  im.objects[ref.id] = Impl::Object{std::make_shared<std::vector<char>>(std::move(bytes)), nullptr, ref.size,
+                                    expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max()};
+  ++im.stats.put;
+  return ref;
+}
+
+ObjectRef DataPlane::put(DataProto data, bool expires) {
+  auto& im = *impl_;
+  ObjectRef ref;
+  ref.host = im.advertise;
+  ref.port = im.port;
+  ref.id = random_id();
+  ref.size = serialized_size(data);
+  std::lock_guard lock(im.mutex);
+  im.objects[ref.id] = Impl::Object{nullptr, std::make_shared<const DataProto>(std::move(data)), ref.size,
+                                    expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max()};
+  ++im.stats.put;
+  return ref;
+}
+
+bool DataPlane::release(const std::string& id) {
+  auto& im = *impl_;
+  std::lock_guard lock(im.mutex);
+  auto it = im.objects.find(id);
+  if (it == im.objects.end()) return false;
+  auto bytes = std::move(it->second.bytes);
+  im.objects.erase(it);
+  if (bytes) im.recycle_locked(bytes);
+  ++im.stats.released;
+  return true;
+}
+
+
+size_t DataPlane::held() const {
+  std::lock_guard lock(impl_->mutex);
+  impl_->expire_locked(Clock::now());
+  return impl_->objects.size();
+}
+
+DataPlaneStats DataPlane::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+const DataPlaneOptions& DataPlane::options() const { return impl_->options; }
+int DataPlane::port() const { return impl_->port; }
+
+// ---- client -----------------------------------------------------------------------------------
+
+std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::milliseconds timeout) {
+  const std::string what = describe(ref);
+  Fd fd = request(ref, kOpFetch, timeout);
+  // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
+  std::vector<char> bytes = reserve_buffer(static_cast<size_t>(ref.size));
+  bytes.resize(static_cast<size_t>(ref.size));
+  char head[1 + 8];
+  recv_all(fd.get(), head, sizeof head, timeout, what);
+  const auto status = static_cast<uint8_t>(head[0]);
+  if (status == kStatusUnknown)
+    throw DataPlaneError(what + ": unknown object id (never stored, already fetched, released or expired)");
+  if (status == kStatusEncodeFailed) throw DataPlaneError(what + ": the holder could not encode the object");
+  if (status != kStatusOk) throw DataPlaneError(what + ": bad reply status " + std::to_string(status));
+  const uint64_t size = get_u64(head + 1);
+  if (size != ref.size)
+    throw DataPlaneError(what + ": the holder announces " + std::to_string(size) + " bytes, the handle says " +
+                         std::to_string(ref.size));
+  recv_all(fd.get(), bytes.data(), bytes.size(), timeout, what);
+  client_fetches.fetch_add(1);
+  return bytes;
+}
+
+uint64_t DataPlane::fetches() { return client_fetches.load(); }
+
+bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout) noexcept {
+  try {
+    Fd fd = request(ref, kOpDiscard, timeout);
+    char status = 0;
+    recv_all(fd.get(), &status, 1, timeout, describe(ref));
+    return static_cast<uint8_t>(status) == kStatusOk;
+  } catch (...) {
+    return false;
+  }
+}
+
+// ---- process-wide plane -----------------------------------------------------------------------
+
+namespace {
+struct ProcessPlane {
+  std::mutex mutex;
+  std::optional<DataPlaneOptions> options;
+  std::unique_ptr<DataPlane> plane;
+  std::atomic<bool> enabled{true};
+  std::atomic<size_t> threshold{size_t{1} << 20};
+};
+ProcessPlane& process_plane() {
+  // Never destroyed: CAF threads may still use it while static destructors run.
+  static auto* p = new ProcessPlane;
+  return *p;
+}
+DataPlaneOptions resolved_locked(ProcessPlane& p) {
+  if (!p.options) p.options = DataPlaneOptions::from_environment();
+  return *p.options;
+}
+}  // namespace
+
+DataPlane& DataPlane::process() {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  if (!p.plane) {
+    auto o = resolved_locked(p);
+    p.enabled = o.enabled;
+    p.threshold = o.threshold_bytes;
+    p.plane = std::make_unique<DataPlane>(o);
+  }
+  return *p.plane;
+}
+
+void DataPlane::configure(DataPlaneOptions options) {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  p.enabled = options.enabled;
+  p.threshold = options.threshold_bytes;
+  if (p.plane) {
+    p.options->enabled = options.enabled;
+    p.options->threshold_bytes = options.threshold_bytes;
+  } else {
+    p.options = std::move(options);
+  }
+}
+
+DataPlaneOptions DataPlane::process_options() {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  return resolved_locked(p);
+}
+
+// ---- Value helpers ----------------------------------------------------------------------------
+
+namespace {
+/// Where exported objects go, and what qualifies.
+struct ExportPolicy {
+  std::function<DataPlane&()> plane;  ///< called only when an object reaches the threshold
+  bool enabled = true;
+  size_t threshold = 0;
+  bool expires = true;
+};
+
+ExportPolicy policy_of(DataPlane& plane, bool expires) {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  if (p.plane.get() == &plane) return {[&plane]() -> DataPlane& { return plane; }, p.enabled, p.threshold, expires};
+  return {[&plane]() -> DataPlane& { return plane; }, plane.options().enabled, plane.options().threshold_bytes, expires};
+}
+
+ExportPolicy process_policy(bool expires) {
+  auto& p = process_plane();
+  {
+    std::lock_guard lock(p.mutex);
+    if (!p.plane) {
+      auto o = resolved_locked(p);
+      p.enabled = o.enabled;
+      p.threshold = o.threshold_bytes;
+    }
+  }
+  return {[]() -> DataPlane& { return DataPlane::process(); }, p.enabled, p.threshold, expires};
+}
+
+void export_one(Value& v, const ExportPolicy& policy, std::vector<ObjectRef>& out) {
+  if (v.is_list()) {
+    for (auto& item : v.list()) export_one(item, policy, out);
+    return;
+  }
+  if (!v.is_dataproto()) return;
+  if (serialized_size(v.dataproto()) < policy.threshold) return;
+  ObjectRef ref = policy.plane().put(std::move(v.dataproto()), policy.expires);
+  out.push_back(ref);
+  v = Value(ref.to_json());
+}
+
+template <class T>
+std::vector<ObjectRef> export_with(T& values, const ExportPolicy& policy) {
+  std::vector<ObjectRef> out;
+  if (!policy.enabled) return out;
+  try {
+    if constexpr (std::is_same_v<T, Value>) {
+      export_one(values, policy, out);
+    } else {
+      for (auto& v : values) export_one(v, policy, out);
+    }
+  } catch (...) {
+    if (!out.empty()) {
+      auto& plane = policy.plane();
+      for (const auto& r : out) plane.release(r.id);
+    }
+    throw;
+  }
+  return out;
+}
+
+void collect_refs(const Value& v, std::vector<ObjectRef>& out) {
+  if (v.is_list()) {
+    for (const auto& item : v.list()) collect_refs(item, out);
+  } else if (is_object_ref(v)) {
+    out.push_back(ObjectRef::from_json(v.json()));
+  }
+}
+
+/// Fetches every handle; after a failure the remaining ones are discarded at their holders.
+void import_one(Value& v, std::chrono::milliseconds timeout, std::exception_ptr& failure) {
+  if (v.is_list()) {
+    for (auto& item : v.list()) import_one(item, timeout, failure);
+    return;
+  }
+  if (!is_object_ref(v)) return;
+  ObjectRef ref = ObjectRef::from_json(v.json());
+  if (failure) {
+    DataPlane::discard(ref, timeout);
+    return;
+  }
+  try {
+    v = Value(deserialize_owned(DataPlane::fetch(ref, timeout)));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+}
+}  // namespace
+
+bool is_object_ref(const Value& v) {
+  if (!v.is_json()) return false;
+  const Json& j = v.json();
+  return j.is_object() && j.size() == 1 && j.contains(kRefKey);
+}
+
+std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires) {
+  return export_with(values, policy_of(plane, expires));
+}
+std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires) {
+  return export_with(value, policy_of(plane, expires));
+}
+std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires) {
+  return export_with(values, process_policy(expires));
+}
+std::vector<ObjectRef> export_large(Value& value, bool expires) { return export_with(value, process_policy(expires)); }
+
+std::vector<ObjectRef> object_refs_in(const Value& value) {
+  std::vector<ObjectRef> out;
+  collect_refs(value, out);
+  return out;
+}
+
+void import_refs(std::vector<Value>& values, std::chrono::milliseconds timeout) {
+  std::exception_ptr failure;
+  for (auto& v : values) import_one(v, timeout, failure);
+  if (failure) std::rethrow_exception(failure);
+}
+
+void import_refs(Value& value, std::chrono::milliseconds timeout) {
+  std::exception_ptr failure;
+  import_one(value, timeout, failure);
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace hyflow

@@ -1,0 +1,421 @@
+// The data plane: its TCP server and client in this process, then large DataProtos between the
+// controller and a caf-node child (which inherits this process's environment).
+#include "node_process.hpp"
+#include "test_workers.hpp"
+
+#include <hyflow/actors/cluster.hpp>
+#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/dataproto/serialization.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+using namespace hyflow;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<char> pattern(size_t n) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + 7) & 0xff);
+  return v;
+}
+
+/// A listening socket on 127.0.0.1 whose behaviour a test scripts (a misbehaving holder).
+class FakeHolder {
+ public:
+  FakeHolder() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd_, 4) == 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~FakeHolder() {
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+  /// Accepts one connection, reads the 21-byte request, then runs `then(fd)` and closes.
+  template <class F>
+  void serve_once(F then) {
+    thread_ = std::thread([this, then] {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char req[21];
+      size_t got = 0;
+      while (got < sizeof req) {
+        ssize_t k = ::recv(c, req + got, sizeof req - got, 0);
+        if (k <= 0) break;
+        got += static_cast<size_t>(k);
+      }
+      then(c);
+      ::close(c);
+    });
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+int closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+ObjectRef ref_to(int port, uint64_t size) {
+  return ObjectRef{"127.0.0.1", port, "00112233445566778899aabbccddeeff", size};
+}
+
+DataProto big_batch(int64_t bytes) {
+  torch::manual_seed(7);
+  const int64_t rows = 16;
+  DataProto d(TensorDict{{"x", torch::randn({rows, bytes / 4 / rows})},
+                         {"ids", torch::arange(rows, torch::kInt64)}});
+  d.meta_info = Json{{"temperature", 0.7}, {"tag", "big"}};
+  return d;
+}
+
+void check_same(const DataProto& a, const DataProto& b) {
+  REQUIRE(a.batch.keys() == b.batch.keys());
+  for (const auto& k : a.batch.keys()) {
+    const auto& x = a.batch.at(k);
+    const auto& y = b.batch.at(k);
+    REQUIRE(x.scalar_type() == y.scalar_type());
+    REQUIRE(x.sizes() == y.sizes());
+    // Bit for bit: compare the raw bytes, not the values.
+    REQUIRE(std::memcmp(x.contiguous().data_ptr(), y.contiguous().data_ptr(), x.nbytes()) == 0);
+  }
+  CHECK(a.meta_info == b.meta_info);
+}
+
+std::unique_ptr<Runtime> network_runtime() {
+  RuntimeOptions o;
+  o.network = true;
+  return std::make_unique<Runtime>(o);
+}
+
+/// Sets an environment variable for the caf-node children started in its scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+}  // namespace
+
+// ---- the plane in one process -----------------------------------------------------------------
+
+TEST_CASE("a stored object is fetched bit for bit exactly once; a second fetch is an unknown id") {
+  DataPlane plane;
+  const auto bytes = pattern(3 << 20);
+  ObjectRef ref = plane.put(bytes);
+  CHECK(ref.host == "127.0.0.1");
+  CHECK(ref.port == plane.port());
+  CHECK(ref.id.size() == 32);
+  CHECK(ref.size == bytes.size());
+  CHECK(plane.held() == 1);
+  const uint64_t before = DataPlane::fetches();
+  CHECK(DataPlane::fetch(ref, 2s) == bytes);
+  CHECK(DataPlane::fetches() == before + 1);
+  CHECK(plane.held() == 0);
+  CHECK(plane.stats().fetched == 1);
+  CHECK(plane.stats().bytes_served == bytes.size());
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s), Catch::Contains("unknown object id") && Catch::Contains(ref.id) &&
+                                                   Catch::Contains(ref.address()));
+}
+
+TEST_CASE("every put gets a fresh random 128-bit id; an empty object travels too") {
+  DataPlane plane;
+  auto a = plane.put(std::vector<char>{}), b = plane.put(std::vector<char>{});
+  CHECK(a.id != b.id);
+  CHECK(DataPlane::fetch(a, 2s).empty());
+  CHECK(plane.held() == 1);
+}
+
+TEST_CASE("a DataProto put is encoded when fetched; the handle carries the encoding's size") {
+  DataPlane plane;
+  const DataProto batch = big_batch(int64_t{2} << 20);
+  ObjectRef ref = plane.put(batch);
+  CHECK(ref.size == serialized_size(batch));
+  auto bytes = DataPlane::fetch(ref, 2s);
+  CHECK(bytes == serialize(batch));
+  check_same(deserialize_owned(std::move(bytes)), batch);
+  // The next one is encoded into the buffer the first one was sent from.
+  check_same(deserialize_owned(DataPlane::fetch(plane.put(batch), 2s)), batch);
+  CHECK(plane.held() == 0);
+}
+
+TEST_CASE("fetch of an id the holder never stored is a DataPlaneError naming holder and id") {
+  DataPlane plane;
+  plane.put(pattern(100));
+  auto ref = ref_to(plane.port(), 100);
+  CHECK_THROWS_AS(DataPlane::fetch(ref, 2s), DataPlaneError);
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s), Catch::Contains("unknown object id") &&
+                                                   Catch::Contains("00112233445566778899aabbccddeeff") &&
+                                                   Catch::Contains("127.0.0.1:" + std::to_string(plane.port())));
+  CHECK(plane.held() == 1);  // nothing of the real object was given away
+  CHECK(plane.stats().unknown == 2);
+}
+
+TEST_CASE("fetch from a port where nothing listens is a DataPlaneError saying the connection was refused") {
+  const int port = closed_port();
+  CHECK_THROWS_WITH(DataPlane::fetch(ref_to(port, 10), 2s),
+                    Catch::Contains("127.0.0.1:" + std::to_string(port)) && Catch::Contains("cannot connect") &&
+                        Catch::Contains("refused"));
+}
+
+TEST_CASE("a handle whose id is not 32 hex digits is refused before connecting") {
+  ObjectRef ref = ref_to(closed_port(), 10);
+  ref.id = "not-an-id";
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s), Catch::Contains("not 32 hex digits"));
+}
+
+TEST_CASE("a holder that closes mid-transfer gives a short-read error with the byte counts") {
+  FakeHolder fake;
+  fake.serve_once([](int fd) {
+    char head[9] = {0};
+    const uint64_t n = 1000;
+    std::memcpy(head + 1, &n, 8);  // little-endian host
+    ::send(fd, head, sizeof head, 0);
+    ::send(fd, "0123456789", 10, 0);
+  });
+  CHECK_THROWS_WITH(DataPlane::fetch(ref_to(fake.port(), 1000), 2s),
+                    Catch::Contains("short read") && Catch::Contains("10 of 1000 bytes"));
+}
+
+TEST_CASE("a holder that announces another size than the handle is refused") {
+  FakeHolder fake;
+  fake.serve_once([](int fd) {
+    char head[9] = {0};
+    const uint64_t n = 5;
+    std::memcpy(head + 1, &n, 8);
+    ::send(fd, head, sizeof head, 0);
+  });
+  CHECK_THROWS_WITH(DataPlane::fetch(ref_to(fake.port(), 1000), 2s),
+                    Catch::Contains("announces 5 bytes") && Catch::Contains("says 1000"));
+}
+
+TEST_CASE("a silent holder makes fetch time out after io_timeout, never hang") {
+  FakeHolder fake;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  fake.serve_once([released](int) { released.wait_for(5s); });
+  const auto t0 = Clock::now();
+  CHECK_THROWS_WITH(DataPlane::fetch(ref_to(fake.port(), 10), 200ms), Catch::Contains("timed out after 200 ms"));
+  CHECK(Clock::now() - t0 < 2s);
+  release.set_value();
+}
+
+TEST_CASE("release frees an object; discard frees it at its holder; both report whether it was there") {
+  DataPlane plane;
+  auto a = plane.put(pattern(10)), b = plane.put(pattern(10));
+  CHECK(plane.release(a.id));
+  CHECK_FALSE(plane.release(a.id));
+  CHECK(DataPlane::discard(b, 2s));
+  CHECK_FALSE(DataPlane::discard(b, 2s));
+  CHECK(plane.held() == 0);
+  CHECK(plane.stats().released == 2);
+  CHECK_FALSE(DataPlane::discard(ref_to(closed_port(), 1), 2s));  // unreachable: false, no throw
+}
+
+TEST_CASE("objects put with expiry are dropped after object_ttl, the others stay") {
+  DataPlane plane({.object_ttl = 100ms});
+  auto expiring = plane.put(pattern(10), /*expires=*/true);
+  auto kept = plane.put(pattern(10), /*expires=*/false);
+  std::this_thread::sleep_for(300ms);
+  CHECK(plane.held() == 1);
+  CHECK(plane.stats().expired == 1);
+  CHECK_THROWS_WITH(DataPlane::fetch(expiring, 2s), Catch::Contains("unknown object id"));
+  CHECK(DataPlane::fetch(kept, 2s).size() == 10);
+}
+
+TEST_CASE("a plane that cannot bind its address is a DataPlaneError naming it") {
+  CHECK_THROWS_WITH(DataPlane({.bind = "not-an-address"}), Catch::Contains("not-an-address"));
+  DataPlane first;
+  CHECK_THROWS_WITH(DataPlane({.port = first.port()}),
+                    Catch::Contains("127.0.0.1:" + std::to_string(first.port())) && Catch::Contains("cannot bind"));
+}
+
+TEST_CASE("export_large swaps only DataProtos at or above the threshold (also in lists) for handles") {
+  DataPlane plane({.threshold_bytes = 4096});
+  DataProto small(TensorDict{{"x", torch::ones({2, 2})}});
+  DataProto large(TensorDict{{"x", torch::randn({64, 64})}});  // 16 KiB
+  std::vector<Value> values{Value(small), Value(large), Value(Json(3)),
+                            Value(Value::List{Value(large), Value(small)})};
+  auto refs = export_large(values, plane);
+  REQUIRE(refs.size() == 2);
+  CHECK(values[0].is_dataproto());
+  CHECK(is_object_ref(values[1]));
+  CHECK(values[2].json() == 3);
+  CHECK(is_object_ref(values[3].list()[0]));
+  CHECK(values[3].list()[1].is_dataproto());
+  CHECK(object_refs_in(values[3]).size() == 1);
+  CHECK(plane.held() == 2);
+  CHECK(refs[0].size == serialized_size(large));
+
+  import_refs(values, 2s);
+  CHECK(plane.held() == 0);
+  check_same(values[1].dataproto(), large);
+  check_same(values[3].list()[0].dataproto(), large);
+  CHECK(object_refs_in(values[3]).empty());
+}
+
+TEST_CASE("a disabled plane leaves every DataProto inline") {
+  DataPlane plane({.threshold_bytes = 1, .enabled = false});
+  std::vector<Value> values{Value(DataProto(TensorDict{{"x", torch::ones({4, 4})}}))};
+  CHECK(export_large(values, plane).empty());
+  CHECK(values[0].is_dataproto());
+}
+
+TEST_CASE("import_refs that fails on one handle discards the handles it did not reach") {
+  DataPlane plane;
+  auto good = plane.put(pattern(10));
+  std::vector<Value> values{Value(ref_to(closed_port(), 10).to_json()), Value(good.to_json())};
+  CHECK_THROWS_AS(import_refs(values, 1s), DataPlaneError);
+  CHECK(plane.held() == 0);
+  CHECK(plane.stats().released == 1);
+}
+
+TEST_CASE("a JSON value that is not exactly a handle is not taken for one") {
+  CHECK_FALSE(is_object_ref(Value(Json{{"$hyflow_object", Json::object()}, {"other", 1}})));
+  CHECK_FALSE(is_object_ref(Value(Json::array())));
+  CHECK_THROWS_AS(ObjectRef::from_json(Json{{"$hyflow_object", Json{{"host", "h"}}}}), FormatError);
+}
+
+TEST_CASE("data plane options come from the environment; bad values name the variable") {
+  {
+    ScopedEnv a("HYFLOW_DATA_PLANE_THRESHOLD", "2048");
+    ScopedEnv b("HYFLOW_DATA_PLANE", "off");
+    ScopedEnv c("HYFLOW_DATA_PLANE_TIMEOUT_MS", "1500");
+    auto o = DataPlaneOptions::from_environment();
+    CHECK(o.threshold_bytes == 2048);
+    CHECK_FALSE(o.enabled);
+    CHECK(o.io_timeout == 1500ms);
+  }
+  ScopedEnv bad("HYFLOW_DATA_PLANE_THRESHOLD", "1M");
+  CHECK_THROWS_WITH(DataPlaneOptions::from_environment(), Catch::Contains("HYFLOW_DATA_PLANE_THRESHOLD='1M'"));
+}
+
+// ---- through a caf-node worker ----------------------------------------------------------------
+
+TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data plane, bit for bit") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    const DataProto batch = big_batch(int64_t{64} << 20);
+    auto& plane = DataPlane::process();
+    const auto put_before = plane.stats().put;
+    const auto fetches_before = DataPlane::fetches();
+    DataProto back = wg.call(&test::EchoWorker::identity, batch);
+    CHECK(plane.stats().put == put_before + 1);         // the argument went by data plane
+    CHECK(DataPlane::fetches() == fetches_before + 1);  // and so did the result
+    CHECK(plane.held() == 0);                           // fetched by the worker: freed
+    check_same(back, batch);
+  }
+  rt.reset();
+}
+
+TEST_CASE("small DataProtos stay inline in the CAF messages") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    const auto put_before = DataPlane::process().stats().put;
+    const auto fetches_before = DataPlane::fetches();
+    DataProto small = test::make_batch(8);
+    DataProto back = wg.call(&test::EchoWorker::double_x, small);
+    CHECK(torch::equal(back.batch.at("x"), small.batch.at("x") * 2));
+    CHECK(DataPlane::process().stats().put == put_before);
+    CHECK(DataPlane::fetches() == fetches_before);
+  }
+  rt.reset();
+}
+
+TEST_CASE("an argument object is freed when its call times out before the worker fetched it") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    auto& plane = DataPlane::process();
+    // Keep the worker busy so that it cannot fetch the next call's argument in time.
+    auto busy = std::async(std::launch::async, [&] { return wg.call("sleep_on_rank", 0, 1500); });
+    std::this_thread::sleep_for(200ms);
+    const auto put_before = plane.stats().put;
+    CHECK_THROWS_AS(wg.call(CallOptions{.deadline = 300ms}, "identity", big_batch(int64_t{8} << 20)), CallTimeoutError);
+    CHECK(plane.stats().put == put_before + 1);
+    CHECK(plane.held() == 0);  // freed when the call failed, not left for the worker
+    busy.get();
+    // The worker then finds the object gone (its late answer is dropped); the group still works.
+    DataProto back = wg.call(&test::EchoWorker::identity, big_batch(int64_t{2} << 20));
+    check_same(back, big_batch(int64_t{2} << 20));
+    CHECK(plane.held() == 0);
+  }
+  rt.reset();
+}
+
+TEST_CASE("a result the controller cannot fetch fails the call with an error naming the rank and node") {
+  test::register_test_workers();
+  DataPlane::process();  // this process's plane keeps its own (good) address
+  // The node advertises an address where its data server does not listen.
+  ScopedEnv env("HYFLOW_DATA_PLANE_HOST", "127.0.0.2");
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    const auto t0 = Clock::now();
+    try {
+      wg.call(&test::EchoWorker::identity, big_batch(int64_t{4} << 20));
+      FAIL("the call should have failed");
+    } catch (const CallError& e) {
+      CHECK(e.rank() == 0);
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("method 'identity'") && Catch::Contains("rank 0 of 1") &&
+                           Catch::Contains("@" + node.address()) && Catch::Contains("127.0.0.2") &&
+                           Catch::Contains("could not be received"));
+    }
+    CHECK(Clock::now() - t0 < 15s);
+    // Small results still arrive inline.
+    std::vector<std::string> who = wg.call(&test::EchoWorker::whoami);
+    CHECK(who == std::vector<std::string>{"rank 0/1"});
+  }
+  rt.reset();
+}
