@@ -13,13 +13,20 @@
 #include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/colocated.hpp>
 
+#include "cluster_gpu.hpp"
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include <torch/cuda.h>
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/x509.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -27,7 +34,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
@@ -114,10 +124,121 @@ NodeInfo local_node_info() {
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) == 0) info.hostname = host;
   info.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Count only: names and memory need the CUDA runtime (the cuda module), not linked here.
+#ifdef HYFLOW_CLUSTER_CUDA
+  detail::fill_cuda_devices(info);  // count, names, memory (cluster_gpu_cuda.cpp)
+#else
+  // Without HYFLOW_CUDA the CUDA runtime is not linked: LibTorch's count, no names or memory.
   info.gpus = static_cast<int>(torch::cuda::device_count());
+#endif
   info.protocol_version = kNodeProtocolVersion;
   return info;
+}
+
+// ---- shutdown ordering (a CAF 0.17.6 race) -------------------------------------------------
+//
+// CAF's BASP broker monitors every local actor that a remote node holds a proxy of: on the
+// controller, the collector of each group with remote workers (it sends the calls); on a node,
+// each worker. When such an actor terminates it first unregisters from the system (so that
+// ~actor_system's await_all_actors_done() can return) and only afterwards sends its down
+// message to the broker. If ~actor_system stops the middleman in between, the broker never
+// handles that message; the queued message keeps a strong reference to the actor, and a
+// detached actor (the collector, the workers) that is never destroyed makes ~actor_system
+// wait for its thread forever (await_detached_threads). Seen as an intermittent hang of the
+// controller at exit (about 1 run in 4 of the gloo test) and of caf-node on SIGTERM.
+//
+// The cure is an order, not a retry: before the middleman stops, wait until every local actor
+// that terminated has run its attachables, then let the broker handle everything queued so
+// far. "Ran its attachables" is observable: the broker put the actor into the registry when
+// it first forwarded one of its messages, and the registry's erase hook was attached before
+// the broker's monitor (attachables run newest first), so once the registry entry of a
+// terminated actor is gone, its down message is in the broker's mailbox. One request the
+// broker answers (FIFO behind that message) then flushes it.
+
+/// A local actor that has terminated but is still in the registry: its attachables (among
+/// them the broker's monitor) have not all run yet.
+bool terminated_actor_in_registry(caf::actor_system& sys) {
+  const auto last = sys.latest_actor_id();
+  for (caf::actor_id id = 1; id <= last; ++id) {
+    auto p = sys.registry().get<caf::strong_actor_ptr>(id);
+    if (p && p->node() == sys.node() && p->get()->getf(caf::abstract_actor::is_terminated_flag)) return true;
+  }
+  return false;
+}
+
+caf::actor basp_broker_of(caf::actor_system& sys) {
+  return sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+}
+
+/// Blocking form (NodeServer teardown, after await_all_actors_done): waits up to `budget` for
+/// terminated actors to run their attachables, then flushes the broker's mailbox.
+void drain_basp(caf::actor_system& sys, std::chrono::milliseconds budget) {
+  const auto end = std::chrono::steady_clock::now() + budget;
+  while (terminated_actor_in_registry(sys) && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto left = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                 end - std::chrono::steady_clock::now()));
+  caf::scoped_actor self{sys, /*hide=*/true};
+  self->request(basp_broker_of(sys), caf::timespan{left}, caf::get_atom::value, sys.node())
+      .receive([](caf::node_id&, std::string&, uint16_t) {}, [](caf::error&) {});
+}
+
+using guard_gone_atom = caf::atom_constant<caf::atom("hf_gone")>;
+using guard_tick_atom = caf::atom_constant<caf::atom("hf_gtick")>;
+
+/// Live shutdown guards per actor system (one per RemoteLauncher).
+std::mutex guards_mutex;
+std::map<const caf::actor_system*, size_t> live_guards;
+
+size_t guards_of(const caf::actor_system& sys) {
+  std::lock_guard lock(guards_mutex);
+  auto it = live_guards.find(&sys);
+  return it == live_guards.end() ? 0 : it->second;
+}
+
+struct guard_state {
+  bool gone = false;
+  int drain_ticks = 0;
+  static inline const char* name = "hyflow.cluster_shutdown_guard";
+};
+
+/// The controller side of the cure: a non-hidden actor, so ~actor_system's
+/// await_all_actors_done() waits for it. Once its launcher is gone and no other actor runs
+/// (the groups' collectors have terminated), it waits for their attachables, flushes the
+/// broker and quits; only then does the actor system go on to stop the middleman. While
+/// other actors run (a launcher dropped mid-run) it just idles.
+caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
+  {
+    std::lock_guard lock(guards_mutex);
+    ++live_guards[&self->system()];
+  }
+  auto finish = [self] {
+    {
+      std::lock_guard lock(guards_mutex);
+      if (--live_guards[&self->system()] == 0) live_guards.erase(&self->system());
+    }
+    self->quit();
+  };
+  return {
+      [self](guard_gone_atom) {
+        if (self->state.gone) return;
+        self->state.gone = true;
+        self->send(self, guard_tick_atom::value);
+      },
+      [self, finish](guard_tick_atom) {
+        auto& sys = self->system();
+        if (sys.registry().running() > guards_of(sys)) {  // groups still running
+          self->delayed_send(self, std::chrono::milliseconds(5), guard_tick_atom::value);
+          return;
+        }
+        if (terminated_actor_in_registry(sys) && ++self->state.drain_ticks < 400) {  // at most ~2 s
+          self->delayed_send(self, std::chrono::milliseconds(5), guard_tick_atom::value);
+          return;
+        }
+        self->request(basp_broker_of(sys), std::chrono::seconds(2), caf::get_atom::value, sys.node())
+            .then([finish](caf::node_id&, std::string&, uint16_t) { finish(); },
+                  [finish](caf::error&) { finish(); });
+      },
+  };
 }
 
 // ---- node manager --------------------------------------------------------------------------
@@ -242,6 +363,12 @@ struct NodeConfig : caf::actor_system_config {
   explicit NodeConfig(const NodeOptions& o) {
     caf_protocol::register_types(*this);
     load<caf::io::middleman>();
+    if (!o.tls_cert.empty()) {  // checked by check_tls_files; the middleman must come first
+      load<caf::openssl::manager>();
+      openssl_certificate = o.tls_cert;
+      openssl_key = o.tls_key;
+      openssl_cafile = o.tls_ca;
+    }
     if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
     if (o.heartbeat_interval_ms > 0)
       set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
@@ -305,6 +432,65 @@ std::string challenge_proof(const std::string& secret, const std::string& challe
   return to_hex(md, len);
 }
 
+namespace {
+
+std::string openssl_reason() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "no PEM data";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return buf;
+}
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+
+std::unique_ptr<FILE, FileCloser> open_pem(const std::string& path, const std::string& what) {
+  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw ValueError("TLS " + what + " file '" + path + "' cannot be read: " + std::strerror(errno));
+  return f;
+}
+
+std::unique_ptr<X509, decltype(&X509_free)> read_certificate(const std::string& path, const std::string& what) {
+  auto f = open_pem(path, what);
+  ERR_clear_error();
+  std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_X509(f.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (!cert) throw ValueError("TLS " + what + " file '" + path + "' holds no PEM certificate (" + openssl_reason() + ")");
+  return cert;
+}
+
+}  // namespace
+
+bool check_tls_files(const std::string& cert, const std::string& key, const std::string& ca,
+                     const std::vector<std::string>& names) {
+  const std::string* files[3] = {&cert, &key, &ca};
+  std::string missing, given;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string name = i < names.size() ? names[i] : "TLS file " + std::to_string(i + 1);
+    std::string& list = files[i]->empty() ? missing : given;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  if (given.empty()) return false;
+  if (!missing.empty())
+    throw ValueError("mutual TLS needs a certificate, its key and a CA file together: " + given + " given, " + missing +
+                     " missing");
+  auto certificate = read_certificate(cert, "certificate");
+  read_certificate(ca, "CA");
+  auto f = open_pem(key, "key");
+  ERR_clear_error();
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr),
+                                                          &EVP_PKEY_free);
+  if (!pkey)
+    throw ValueError("TLS key file '" + key + "' holds no unencrypted PEM private key (" + openssl_reason() + ")");
+  if (X509_check_private_key(certificate.get(), pkey.get()) != 1) {
+    ERR_clear_error();
+    throw ValueError("TLS key file '" + key + "' does not belong to the certificate '" + cert + "'");
+  }
+  return true;
+}
+
 void cluster_log(const std::string& text) {
   static std::mutex m;
   const auto now = std::chrono::system_clock::now();
@@ -330,12 +516,21 @@ struct NodeServer::Impl {
   int port = 0;
 };
 
-NodeServer::NodeServer(NodeOptions options) : impl_(std::make_unique<Impl>(options)) {
+namespace {
+std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
+  check_tls_files(o.tls_cert, o.tls_key, o.tls_ca, {"--tls-cert", "--tls-key", "--tls-ca"});  // before CAF sees them
+  return std::make_unique<NodeServer::Impl>(o);
+}
+}  // namespace
+
+NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   register_colocated_worker_type();  // WorkerDict bundles of the registered roles
   impl_->info = local_node_info();
   impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
-  auto port = impl_->system.middleman().publish(impl_->manager, static_cast<uint16_t>(options.port),
-                                                options.bind.c_str(), true);
+  const auto port_arg = static_cast<uint16_t>(options.port);
+  auto port = options.tls_cert.empty()
+                  ? impl_->system.middleman().publish(impl_->manager, port_arg, options.bind.c_str(), true)
+                  : caf::openssl::publish(impl_->manager, port_arg, options.bind.c_str(), true);
   if (!port) {
     caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
     throw ClusterError("cannot listen on " + options.bind + ":" + std::to_string(options.port) + ": " +
@@ -348,6 +543,11 @@ NodeServer::NodeServer(NodeOptions options) : impl_(std::make_unique<Impl>(optio
 NodeServer::~NodeServer() {
   if (impl_->manager) caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
   impl_->manager = nullptr;
+  // The manager stops every worker; a running method finishes first. Then the broker must
+  // handle the workers' down messages before ~actor_system stops the middleman (see
+  // "shutdown ordering" above).
+  impl_->system.await_all_actors_done();
+  drain_basp(impl_->system, std::chrono::seconds(2));
 }
 
 int NodeServer::port() const { return impl_->port; }
@@ -366,7 +566,9 @@ struct RemoteLauncher::Impl {
   Impl(caf::actor_system& s, ClusterOptions o) : sys(s), options(std::move(o)) {}
   caf::actor_system& sys;
   ClusterOptions options;
+  bool tls = false;
   caf::actor session_actor;  ///< the nodes monitor it: when it goes, they stop our workers
+  caf::actor shutdown_guard;  ///< orders the actor system's shutdown (see "shutdown ordering")
   std::vector<Node> nodes;
   std::vector<NodeInfo> infos;
 
@@ -379,7 +581,8 @@ struct RemoteLauncher::Impl {
     const auto timeout = caf::timespan{options.connect_timeout};
     std::string failure;
     // remote_actor() can hang on a silent peer: ask the middleman with a deadline instead.
-    self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
+    auto mm = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
+    self->request(mm, timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
         .receive(
             [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
               if (!ptr) failure = "no node manager is published there";
@@ -389,6 +592,9 @@ struct RemoteLauncher::Impl {
               failure = e == caf::sec::request_timeout
                             ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
                             : sys.render(e);
+              if (e == caf::sec::request_timeout || e == caf::sec::disconnect_during_handshake)
+                failure += tls ? " (over TLS: does the node use TLS, and does each side trust the other's CA?)"
+                               : " (if the node uses TLS, set cluster.tls_cert, cluster.tls_key and cluster.tls_ca)";
             });
     if (!failure.empty()) throw ClusterError("cannot connect to node " + addr + ": " + failure);
     Json hello;
@@ -427,8 +633,24 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
   });
   if (std::adjacent_find(addrs.begin(), addrs.end()) != addrs.end())
     throw ValueError("cluster.nodes lists a node twice: " + *std::adjacent_find(addrs.begin(), addrs.end()));
+  const bool tls = check_tls_files(options.tls_cert, options.tls_key, options.tls_ca,
+                                   {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"});
+  if (tls) {
+    // CAF's TLS sessions read the files from the actor system's configuration and need the
+    // openssl module, loaded when the system was built: the Runtime must carry the same files.
+    if (!sys.has_openssl_manager())
+      throw ValueError("cluster TLS (cluster.tls_cert/tls_key/tls_ca) needs a Runtime created with CAF's openssl module "
+                       "and the same three files (RuntimeOptions tls_cert, tls_key, tls_ca); this Runtime has no TLS");
+    const auto& cfg = sys.config();
+    if (cfg.openssl_certificate != options.tls_cert || cfg.openssl_key != options.tls_key ||
+        cfg.openssl_cafile != options.tls_ca)
+      throw ValueError("cluster TLS files differ from the Runtime's (certificate '" + cfg.openssl_certificate +
+                       "', key '" + cfg.openssl_key + "', CA '" + cfg.openssl_cafile + "'); give both the same files");
+  }
   auto impl = std::make_unique<Impl>(sys, std::move(options));
+  impl->tls = tls;
   impl->session_actor = sys.spawn<caf::hidden>([]() -> caf::behavior { return {[](int32_t) {}}; });
+  impl->shutdown_guard = sys.spawn(shutdown_guard);
   try {
     for (const auto& a : addrs) {
       impl->nodes.push_back(impl->connect_node(a));
@@ -436,6 +658,7 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
     }
   } catch (...) {
     caf::anon_send_exit(impl->session_actor, caf::exit_reason::user_shutdown);
+    caf::anon_send(impl->shutdown_guard, guard_gone_atom::value);
     throw;
   }
   return std::shared_ptr<RemoteLauncher>(new RemoteLauncher(std::move(impl)));
@@ -443,7 +666,10 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
 
 RemoteLauncher::RemoteLauncher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-RemoteLauncher::~RemoteLauncher() { caf::anon_send_exit(impl_->session_actor, caf::exit_reason::user_shutdown); }
+RemoteLauncher::~RemoteLauncher() {
+  caf::anon_send_exit(impl_->session_actor, caf::exit_reason::user_shutdown);
+  caf::anon_send(impl_->shutdown_guard, guard_gone_atom::value);
+}
 
 const std::vector<NodeInfo>& RemoteLauncher::nodes() const { return impl_->infos; }
 

@@ -28,6 +28,11 @@ int main(int argc, char** argv) {
       "connection-timeout-ms", po::value<int>()->default_value(0),
       "drop a peer silent for this long (0: never; needs heartbeats on both ends)")(
       "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)")(
+      "tls-cert", po::value<std::string>(),
+      "mutual TLS: this node's certificate (PEM); needs --tls-key and --tls-ca as well")(
+      "tls-key", po::value<std::string>(), "mutual TLS: the private key of --tls-cert (PEM, unencrypted)")(
+      "tls-ca", po::value<std::string>(),
+      "mutual TLS: the CA certificate (PEM) that signed the controllers' certificates; others are refused")(
       "exit-with-parent", "stop (as on SIGTERM) when the process that started this one exits (tests, supervisors)");
   po::variables_map vm;
   try {
@@ -51,8 +56,14 @@ int main(int argc, char** argv) {
     std::cerr << "caf-node: --port " << options.port << " is out of range\n";
     return 2;
   }
+  auto flag = [&](const char* name) { return vm.count(name) ? vm[name].as<std::string>() : std::string(); };
+  options.tls_cert = flag("tls-cert");
+  options.tls_key = flag("tls-key");
+  options.tls_ca = flag("tls-ca");
   try {
     if (vm.count("secret-file")) options.secret = hyflow::read_secret_file(vm["secret-file"].as<std::string>());
+    // A bad TLS file makes CAF abort at the first connection: check them all before starting.
+    hyflow::check_tls_files(options.tls_cert, options.tls_key, options.tls_ca, {"--tls-cert", "--tls-key", "--tls-ca"});
   } catch (const std::exception& e) {
     std::cerr << "caf-node: " << e.what() << "\n";
     return 2;
@@ -79,8 +90,15 @@ int main(int argc, char** argv) {
     hyflow::NodeServer server(options);
     if (options.secret.empty())
       hyflow::cluster_log("warning: no --secret-file: any controller that reaches this port can run workers here");
-    hyflow::cluster_log("listening on " + server.info().address + " (host " + server.info().hostname + ", " +
-                        std::to_string(server.info().cpus) + " CPUs, " + std::to_string(server.info().gpus) + " GPUs)");
+    const auto& info = server.info();
+    std::string gpus = std::to_string(info.gpus) + " GPUs";
+    for (size_t i = 0; i < info.gpu_names.size(); ++i)
+      gpus += (i == 0 ? ": " : ", ") + info.gpu_names[i] +
+              (i < info.gpu_memory_bytes.size()
+                   ? " " + std::to_string(info.gpu_memory_bytes[i] / (1024 * 1024)) + " MiB"
+                   : std::string());
+    hyflow::cluster_log("listening on " + info.address + (options.tls_cert.empty() ? "" : " over mutual TLS") +
+                        " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
     std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
     hyflow::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");

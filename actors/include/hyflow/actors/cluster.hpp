@@ -54,12 +54,28 @@ std::string read_secret_file(const std::string& path);
 /// crosses the network).
 std::string challenge_proof(const std::string& secret, const std::string& challenge);
 
+/// Checks a mutual-TLS file set before CAF's openssl module sees it (CAF aborts a server and
+/// hangs a client on a bad path). All three or none: a partial set is a ValueError naming the
+/// missing one as `names` spell it (e.g. {"--tls-cert", "--tls-key", "--tls-ca"}); each file
+/// must be readable PEM of its kind (certificate, private key, CA certificate) and the key must
+/// belong to the certificate, else a ValueError naming the file. True when TLS is on.
+bool check_tls_files(const std::string& cert, const std::string& key, const std::string& ca,
+                     const std::vector<std::string>& names = {"tls_cert", "tls_key", "tls_ca"});
+
 struct ClusterOptions {
   std::vector<std::string> nodes;  ///< "host:port" of each caf-node
   std::string secret;              ///< shared secret (empty: only nodes started without one accept)
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds spawn_timeout{10000};
   std::chrono::milliseconds init_timeout{120000};  ///< worker constructors (model loading)
+  /// Mutual TLS (CAF's openssl module): PEM files of this controller's certificate, its private
+  /// key and the CA that signed the nodes' certificates; all three or none (config keys
+  /// cluster.tls_cert, cluster.tls_key, cluster.tls_ca). CAF reads them from the actor system's
+  /// configuration, so the Runtime must have been created with the openssl module and the same
+  /// three files; RemoteLauncher::connect checks that (ValueError otherwise).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 /// Places workers on caf-node processes. Each node holds a session for this controller; its
@@ -101,11 +117,17 @@ struct NodeOptions {
   int heartbeat_interval_ms = 0;
   int connection_timeout_ms = 0;
   int scheduler_threads = 0;
+  /// Mutual TLS: this node's certificate, its private key and the CA that signed the
+  /// controllers' certificates (PEM); all three or none (check_tls_files).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 class NodeServer {
  public:
-  /// Starts and publishes; ClusterError when the port cannot be opened.
+  /// Starts and publishes (over TLS when the options name certificates); ValueError for a bad
+  /// TLS file set, ClusterError when the port cannot be opened.
   explicit NodeServer(NodeOptions options);
   /// Stops the node manager and every worker it spawned.
   ~NodeServer();

@@ -1,0 +1,191 @@
+// Multi-process: mutual TLS between controllers and caf-node (CAF's openssl module) with
+// certificates made at test time by the openssl CLI.
+#include "node_process.hpp"
+#include "test_workers.hpp"
+#include "tls_files.hpp"
+
+#include <hyflow/actors/caf_protocol.hpp>
+#include <hyflow/actors/cluster.hpp>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace hyflow;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Finished {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+/// Runs caf-node with `args` (bounded to 20 s) and returns its exit status and output.
+Finished run_node(const std::string& args) {
+  const std::string cmd = "timeout 20 " CAF_NODE_PATH " --port=0 " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  Finished f;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) f.output.append(buf, n);
+  const int st = pclose(p);
+  f.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return f;
+}
+
+/// A bare CAF actor system with the openssl module and `files`: a TLS client that is not a
+/// hyflow Runtime, to see what a TLS node accepts.
+struct TlsClientConfig : caf::actor_system_config {
+  explicit TlsClientConfig(const test::TlsFiles& f) {
+    load<caf::io::middleman>();
+    load<caf::openssl::manager>();
+    openssl_certificate = f.cert;
+    openssl_key = f.key;
+    openssl_cafile = f.ca;
+  }
+};
+
+/// Connects over TLS and says hello to the node manager: its JSON answer, or "error: ...".
+std::string tls_hello(const test::TlsFiles& files, int port) {
+  TlsClientConfig cfg(files);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  std::string out;
+  caf::strong_actor_ptr manager;
+  self->request(sys.openssl_manager().actor_handle(), caf::timespan{5s}, caf::connect_atom::value,
+                std::string("127.0.0.1"), static_cast<uint16_t>(port))
+      .receive([&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) { manager = std::move(ptr); },
+               [&](caf::error& e) { out = "error: " + sys.render(e); });
+  if (!manager) return out.empty() ? "error: nothing published" : out;
+  using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
+  self->request(caf::actor_cast<caf::actor>(manager), caf::timespan{5s}, hello_atom::value, kNodeProtocolVersion,
+                caf::actor_cast<caf::actor>(self))
+      .receive([&](std::string& j) { out = j; }, [&](caf::error& e) { out = "error: " + sys.render(e); });
+  return out;
+}
+
+template <class Options>
+constexpr bool runtime_has_tls = requires(Options o) {
+  o.tls_cert;
+  o.tls_key;
+  o.tls_ca;
+};
+
+/// A networked Runtime carrying the controller's TLS files, where RuntimeOptions has them.
+template <class Options = RuntimeOptions>
+std::unique_ptr<Runtime> tls_runtime(const test::TlsFiles& f) {
+  Options o;
+  o.network = true;
+  if constexpr (runtime_has_tls<Options>) {
+    o.tls_cert = f.cert;
+    o.tls_key = f.key;
+    o.tls_ca = f.ca;
+  }
+  return std::make_unique<Runtime>(o);
+}
+
+ClusterOptions tls_cluster(std::vector<std::string> nodes, const test::TlsFiles& f) {
+  ClusterOptions o;
+  o.nodes = std::move(nodes);
+  o.connect_timeout = 3000ms;
+  o.tls_cert = f.cert;
+  o.tls_key = f.key;
+  o.tls_ca = f.ca;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("caf-node refuses a partial or bad TLS file set at start-up, naming the flag or file") {
+  test::TlsCertificates certs;
+  const auto node = certs.files("node");
+  auto partial = run_node("--tls-cert=" + node.cert + " --tls-ca=" + node.ca);
+  CHECK(partial.status == 2);
+  CHECK_THAT(partial.output, Contains("--tls-key missing"));
+  auto missing = run_node("--tls-cert=" + certs.path("nope.pem") + " --tls-key=" + node.key + " --tls-ca=" + node.ca);
+  CHECK(missing.status == 2);
+  CHECK_THAT(missing.output, Contains("nope.pem") && Contains("cannot be read"));
+  auto not_pem = run_node("--tls-cert=" + node.cert + " --tls-key=" + node.key + " --tls-ca=" + node.key);
+  CHECK(not_pem.status == 2);
+  CHECK_THAT(not_pem.output, Contains("TLS CA file") && Contains("no PEM certificate"));
+  auto wrong_key = run_node("--tls-cert=" + node.cert + " --tls-key=" + certs.path("rogue.key") + " --tls-ca=" + node.ca);
+  CHECK(wrong_key.status == 2);
+  CHECK_THAT(wrong_key.output, Contains("does not belong to the certificate"));
+  // The same checks guard the controller side, naming the config keys.
+  CHECK_THROWS_WITH(check_tls_files(node.cert, "", node.ca, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}),
+                    Contains("cluster.tls_key missing"));
+  CHECK_FALSE(check_tls_files("", "", ""));
+  CHECK(check_tls_files(node.cert, node.key, node.ca));
+}
+
+TEST_CASE("a TLS node serves a client whose certificate its CA signed and refuses others within the bound") {
+  test::TlsCertificates certs;
+  test::NodeProcess node(certs.node_flags());
+  // A certificate from the node's CA: the TLS handshake and the hello go through.
+  const std::string ok = tls_hello(certs.files("controller"), node.port());
+  CHECK_THAT(ok, Contains("\"session\""));
+  // A certificate signed by another CA (the client trusts the node's CA): refused.
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string rogue = tls_hello(certs.files("rogue"), node.port());
+  CHECK_THAT(rogue, Contains("error"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 8s);
+  // A plain (non-TLS) controller: a clear ClusterError naming the node, within the bound.
+  RuntimeOptions ro;
+  ro.network = true;
+  auto rt = std::make_unique<Runtime>(ro);
+  const auto t1 = std::chrono::steady_clock::now();
+  try {
+    RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .connect_timeout = 3000ms});
+    FAIL("expected a ClusterError");
+  } catch (const ClusterError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("cannot connect to node " + node.address()) && Contains("TLS"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t1 < 6s);
+  rt.reset();
+}
+
+TEST_CASE("a group of 4 workers runs DP_COMPUTE_PROTO over 2 mutual-TLS nodes with the shared secret") {
+  test::register_test_workers();
+  test::TlsCertificates certs;
+  const std::string secret_file = certs.path("secret");
+  std::ofstream(secret_file) << "tls and a secret\n";
+  auto flags = certs.node_flags();
+  flags.push_back("--secret-file=" + secret_file);
+  test::NodeProcess a(flags), b(flags);
+  const auto controller = certs.files("controller");
+  auto rt = tls_runtime(controller);
+  auto options = tls_cluster({a.address(), b.address()}, controller);
+  options.secret = read_secret_file(secret_file);
+  if constexpr (!runtime_has_tls<RuntimeOptions>) {
+    // CAF reads TLS files from the actor system's configuration, which RuntimeOptions cannot
+    // carry yet: the launcher says so instead of connecting in the clear.
+    WARN("RuntimeOptions has no tls_cert/tls_key/tls_ca: only the refusal of a TLS cluster on a plain Runtime is checked");
+    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, options), Contains("RuntimeOptions tls_cert, tls_key, tls_ca"));
+  } else {
+    {
+      auto cluster = RemoteLauncher::connect(*rt, options);
+      rt->set_launcher(cluster);
+      WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+      DataProto batch = test::make_batch(8);
+      DataProto out = wg.call(&test::EchoWorker::double_x, batch);  // DP_COMPUTE_PROTO
+      CHECK(torch::equal(out.batch.at("x"), batch.batch.at("x") * 2));
+      CHECK(torch::equal(out.batch.at("rank"), torch::tensor({0, 0, 1, 1, 2, 2, 3, 3}, torch::kInt64)));
+      // Over TLS the secret is still checked.
+      auto wrong = tls_cluster({a.address()}, controller);
+      wrong.secret = "not the secret";
+      CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, wrong), Contains("authentication failed"));
+    }
+    // CAF takes the files from the Runtime: cluster options naming others are refused, not
+    // silently ignored. (A certificate from another CA is refused by the node: see above.)
+    auto other = tls_cluster({a.address()}, certs.files("rogue"));
+    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, other), Contains("differ from the Runtime's"));
+  }
+  rt.reset();
+}
