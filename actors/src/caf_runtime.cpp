@@ -466,6 +466,11 @@ class InProcessLauncher : public WorkerLauncher {
 namespace hyflow::caf_protocol {
 
 void register_types(caf::actor_system_config& cfg) {
+  // BASP decodes incoming messages on the middleman's I/O thread instead of handing each one
+  // to a worker thread: that hand-off cost ~200 us of a ~270 us no-op call over loopback
+  // (bench/cluster). Large DataProtos travel over the data plane, so the I/O thread never
+  // spends long decoding one.
+  cfg.set("middleman.workers", size_t{0});
   cfg.add_message_type<DataProto>("hyflow::DataProto");
   cfg.add_message_type<Value>("hyflow::Value");
   cfg.add_actor_type("hyflow.worker", detail::worker_behavior);

@@ -1,13 +1,16 @@
 // Cluster figures (JSON lines, design brief §5), controller <-> one worker on a caf-node child
-// over 127.0.0.1, each against a plain TCP peer measured in the same run:
+// over 127.0.0.1, each against a plain TCP peer measured in the same run (each repetition runs
+// ours, then the peer, so that both see the same load):
 //  - no-op call latency (median and p99) against a raw TCP ping-pong of a small message;
 //  - a 64 MiB DataProto controller -> worker (the worker answers its size) and worker ->
 //    controller, in MB/s, against a plain TCP socket moving the same bytes to and from another
 //    process (this binary started again with --raw-peer).
 //
 // Usage: bench_cluster [--reps N] [--calls N] [--mode inline|plane|both]
-//   inline: the caf-node and the controller send every DataProto inside the CAF messages;
-//   plane:  large DataProtos go over the data plane (the default when it is built in).
+//   inline: the caf-node and the controller send every DataProto inside the CAF messages
+//           (HYFLOW_DATA_PLANE=off in both processes);
+//   plane:  large DataProtos go over the data plane (the default);
+//   both:   one after the other (default).
 #include "bench_workers.hpp"
 #include "node_process.hpp"
 
@@ -163,18 +166,6 @@ class RawPeer {
 
 // ---- measuring ----------------------------------------------------------------------------------
 
-template <class F>
-std::vector<double> sample_us(int reps, F&& f) {
-  std::vector<double> t;
-  t.reserve(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t;
-}
 double quantile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
 }
@@ -187,85 +178,99 @@ void emit(const std::string& bench, const std::string& c, double value, const st
             << std::endl;
 }
 
-struct RawFigures {
-  std::vector<double> ping;
-  double upload_us = 0, download_us = 0;
+/// A plain TCP connection to the raw peer for one kind of exchange.
+class RawLink {
+ public:
+  RawLink(const RawPeer& peer, char kind) : fd_(peer.open(kind)), buf_(static_cast<size_t>(kBulkBytes), 7) {}
+  ~RawLink() { ::close(fd_); }
+  void ping() {
+    write_all(fd_, buf_.data(), kPingBytes);
+    read_all(fd_, buf_.data(), kPingBytes);
+  }
+  void upload() {
+    uint64_t n = buf_.size(), ack = 0;
+    write_all(fd_, reinterpret_cast<char*>(&n), 8);
+    write_all(fd_, buf_.data(), n);
+    read_all(fd_, reinterpret_cast<char*>(&ack), 8);
+  }
+  void download() {
+    uint64_t n = buf_.size();
+    write_all(fd_, reinterpret_cast<char*>(&n), 8);
+    read_all(fd_, buf_.data(), n);
+  }
+
+ private:
+  int fd_;
+  std::vector<char> buf_;
 };
 
-RawFigures measure_raw(int calls, int reps) {
-  RawPeer peer;
-  RawFigures f;
-  {
-    int fd = peer.open('p');
-    char msg[kPingBytes] = {0};
-    auto round = [&] {
-      write_all(fd, msg, sizeof msg);
-      read_all(fd, msg, sizeof msg);
-    };
-    for (int i = 0; i < 200; ++i) round();
-    f.ping = sample_us(calls, round);
-    ::close(fd);
+/// Runs `ours` and `raw` alternately `reps` times after `warmup` rounds (so that both see the
+/// same machine load); medians and p99 in microseconds.
+struct Paired {
+  std::vector<double> ours, raw;
+};
+template <class A, class B>
+Paired paired(int warmup, int reps, A&& ours, B&& raw) {
+  for (int i = 0; i < warmup; ++i) {
+    ours();
+    raw();
   }
-  std::vector<char> buf(static_cast<size_t>(kBulkBytes), 7);
-  {
-    int fd = peer.open('u');
-    auto up = [&] {
-      uint64_t n = buf.size(), ack = 0;
-      write_all(fd, reinterpret_cast<char*>(&n), 8);
-      write_all(fd, buf.data(), n);
-      read_all(fd, reinterpret_cast<char*>(&ack), 8);
-    };
-    for (int i = 0; i < 2; ++i) up();
-    f.upload_us = quantile(sample_us(reps, up), 0.5);
-    ::close(fd);
+  Paired p;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    ours();
+    auto t1 = Clock::now();
+    raw();
+    auto t2 = Clock::now();
+    p.ours.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    p.raw.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
   }
-  {
-    int fd = peer.open('d');
-    auto down = [&] {
-      uint64_t n = buf.size();
-      write_all(fd, reinterpret_cast<char*>(&n), 8);
-      read_all(fd, buf.data(), n);
-    };
-    for (int i = 0; i < 2; ++i) down();
-    f.download_us = quantile(sample_us(reps, down), 0.5);
-    ::close(fd);
-  }
-  return f;
+  std::sort(p.ours.begin(), p.ours.end());
+  std::sort(p.raw.begin(), p.raw.end());
+  return p;
 }
 
-struct OurFigures {
-  std::vector<double> noop;
-  double upload_us = 0, download_us = 0;
+struct Figures {
+  Paired noop, upload, download;
 };
 
 /// One caf-node child hosting one ClusterBenchWorker; `plane` picks how DataProtos travel.
-OurFigures measure_ours(int calls, int reps, bool plane) {
+Figures measure(const RawPeer& peer, int calls, int reps, bool plane) {
   // The child inherits the environment: this switches its data plane as well as ours.
   ::setenv("HYFLOW_DATA_PLANE", plane ? "on" : "off", 1);
   DataPlane::configure(DataPlaneOptions::from_environment());
   test::NodeProcess node;
-  OurFigures f;
+  Figures f;
   auto rt = std::make_unique<Runtime>(RuntimeOptions{.network = true});
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
     WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"ClusterBenchWorker", Json::object()});
-    for (int i = 0; i < 200; ++i) wg.call("noop");
-    f.noop = sample_us(calls, [&] { wg.call("noop"); });
-
+    {
+      RawLink link(peer, 'p');
+      f.noop = paired(200, calls, [&] { wg.call("noop"); }, [&] { link.ping(); });
+    }
     DataProto batch(TensorDict{{"x", torch::rand({16, kBulkBytes / 4 / 16})}});
-    auto up = [&] {
-      auto sizes = from_value<std::vector<int64_t>>(wg.call("nbytes", batch), "nbytes");
-      if (sizes.size() != 1 || sizes[0] != kBulkBytes) die("nbytes answered a wrong size");
-    };
-    for (int i = 0; i < 2; ++i) up();
-    f.upload_us = quantile(sample_us(reps, up), 0.5);
-    auto down = [&] {
-      DataProto d = from_value<DataProto>(wg.call("make", Json(kBulkBytes)), "make");
-      if (d.batch.at("x").numel() * 4 != kBulkBytes) die("make returned a wrong size");
-    };
-    for (int i = 0; i < 2; ++i) down();
-    f.download_us = quantile(sample_us(reps, down), 0.5);
+    {
+      RawLink link(peer, 'u');
+      f.upload = paired(
+          2, reps,
+          [&] {
+            auto sizes = from_value<std::vector<int64_t>>(wg.call("nbytes", batch), "nbytes");
+            if (sizes.size() != 1 || sizes[0] != kBulkBytes) die("nbytes answered a wrong size");
+          },
+          [&] { link.upload(); });
+    }
+    {
+      RawLink link(peer, 'd');
+      f.download = paired(
+          2, reps,
+          [&] {
+            DataProto d = from_value<DataProto>(wg.call("make", Json(kBulkBytes)), "make");
+            if (d.batch.at("x").numel() * 4 != kBulkBytes) die("make returned a wrong size");
+          },
+          [&] { link.download(); });
+    }
   }
   rt.reset();
   return f;
@@ -287,30 +292,28 @@ int main(int argc, char** argv) {
   if (reps < 1 || calls < 100 || (mode != "inline" && mode != "plane" && mode != "both"))
     die("--reps must be >= 1, --calls >= 100, --mode inline|plane|both");
 
-  const RawFigures raw = measure_raw(calls, reps);
-  const double mib = static_cast<double>(kBulkBytes);
-  const double raw_up = mib / raw.upload_us, raw_down = mib / raw.download_us;  // bytes/us = MB/s
-  const std::string raw_bulk = "plain TCP socket between 2 processes, same bytes (median)";
+  RawPeer peer;
+  const double bytes = static_cast<double>(kBulkBytes);  // bytes/us == MB/s
+  const std::string raw_bulk = "plain TCP socket between 2 processes, same bytes, alternating with ours (median)";
   std::vector<std::pair<std::string, bool>> runs;
   if (mode != "plane") runs.emplace_back("CAF messages", false);
   if (mode != "inline") runs.emplace_back("data plane", true);
   for (const auto& [label, plane] : runs) {
-    const OurFigures ours = measure_ours(calls, reps, plane);
-    if (!plane || mode == "plane") {  // the no-op path does not depend on the data plane
-      const double med = quantile(ours.noop, 0.5), p99 = quantile(ours.noop, 0.99);
-      const double raw_med = quantile(raw.ping, 0.5), raw_p99 = quantile(raw.ping, 0.99);
-      emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1 (median of " +
-               std::to_string(calls) + ")", med, "us", "raw TCP ping-pong of 64 bytes between 2 processes (median)",
-           raw_med, raw_med / med);
-      emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1 (p99 of " +
-               std::to_string(calls) + ")", p99, "us", "raw TCP ping-pong of 64 bytes between 2 processes (p99)",
-           raw_p99, raw_p99 / p99);
-    }
-    const double up = mib / ours.upload_us, down = mib / ours.download_us;
-    emit("cluster_transfer", "64 MiB DataProto controller -> worker, " + label + " (median of " + std::to_string(reps) + ")",
-         up, "MB/s", raw_bulk, raw_up, up / raw_up);
-    emit("cluster_transfer", "64 MiB DataProto worker -> controller, " + label + " (median of " + std::to_string(reps) + ")",
-         down, "MB/s", raw_bulk, raw_down, down / raw_down);
+    const Figures f = measure(peer, calls, reps, plane);
+    const std::string n = std::to_string(calls);
+    const double med = quantile(f.noop.ours, 0.5), p99 = quantile(f.noop.ours, 0.99);
+    const double raw_med = quantile(f.noop.raw, 0.5), raw_p99 = quantile(f.noop.raw, 0.99);
+    emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1, " + label + " (median of " + n + ")",
+         med, "us", "raw TCP ping-pong of 64 bytes between 2 processes (median)", raw_med, raw_med / med);
+    emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1, " + label + " (p99 of " + n + ")",
+         p99, "us", "raw TCP ping-pong of 64 bytes between 2 processes (p99)", raw_p99, raw_p99 / p99);
+    const std::string r = std::to_string(reps);
+    const double up = bytes / quantile(f.upload.ours, 0.5), raw_up = bytes / quantile(f.upload.raw, 0.5);
+    const double down = bytes / quantile(f.download.ours, 0.5), raw_down = bytes / quantile(f.download.raw, 0.5);
+    emit("cluster_transfer", "64 MiB DataProto controller -> worker, " + label + " (median of " + r + ")", up, "MB/s",
+         raw_bulk, raw_up, up / raw_up);
+    emit("cluster_transfer", "64 MiB DataProto worker -> controller, " + label + " (median of " + r + ")", down, "MB/s",
+         raw_bulk, raw_down, down / raw_down);
   }
   return 0;
 }
