@@ -47,6 +47,9 @@ std::string kind_of(const std::exception& e) {
   return "std::exception";
 }
 
+/// Whether this process's CAF connections are TLS (the data plane is not encrypted).
+bool uses_tls(caf::actor_system& sys) { return !sys.config().openssl_certificate.empty(); }
+
 // ---- worker actor --------------------------------------------------------------------------
 
 struct worker_state {
@@ -82,7 +85,7 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
             for (auto& a : args)
               if (a.is_future()) a = a.materialized();
           Value result = entry.invoke(*st.created.worker, args);
-          if (remote) export_large(result, /*expires=*/true);
+          if (remote && data_plane_in_use(uses_tls(self->system()))) export_large(result, /*expires=*/true);
           return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.
@@ -252,7 +255,8 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
     try {  // resolved futures become plain values for the wire; large DataProtos go by data plane
       for (auto& a : args)
         if (a.is_future()) a = a.materialized();
-      auto refs = export_large(args, /*expires=*/false);
+      std::vector<ObjectRef> refs;
+      if (data_plane_in_use(uses_tls(self->system()))) refs = export_large(args, /*expires=*/false);
       if (!refs.empty())  // fetched by the worker, or freed here once the rank settles
         call->on_settled(i, [refs] {
           for (const auto& r : refs) DataPlane::process().release(r.id);

@@ -294,6 +294,11 @@ DataPlaneOptions DataPlaneOptions::from_environment() {
     else if (v == "on" || v == "1") o.enabled = true;
     else throw ValueError("HYFLOW_DATA_PLANE='" + v + "' must be on or off");
   }
+  if (auto v = env("HYFLOW_DATA_PLANE_WITH_TLS"); !v.empty()) {
+    if (v == "1" || v == "on") o.with_tls = true;
+    else if (v == "0" || v == "off") o.with_tls = false;
+    else throw ValueError("HYFLOW_DATA_PLANE_WITH_TLS='" + v + "' must be on or off");
+  }
   if (auto v = env("HYFLOW_DATA_PLANE_BIND"); !v.empty()) o.bind = v;
   if (auto v = env("HYFLOW_DATA_PLANE_HOST"); !v.empty()) o.advertise = v;
   if (auto v = env("HYFLOW_DATA_PLANE_THRESHOLD"); !v.empty())
@@ -634,6 +639,7 @@ void DataPlane::configure(DataPlaneOptions options) {
   if (p.plane) {
     p.options->enabled = options.enabled;
     p.options->threshold_bytes = options.threshold_bytes;
+    p.options->with_tls = options.with_tls;
   } else {
     p.options = std::move(options);
   }
@@ -735,6 +741,11 @@ void import_one(Value& v, std::chrono::milliseconds timeout, std::exception_ptr&
   }
 }
 }  // namespace
+
+bool data_plane_in_use(bool caf_uses_tls) {
+  auto o = DataPlane::process_options();
+  return o.enabled && (!caf_uses_tls || o.with_tls);
+}
 
 bool is_object_ref(const Value& v) {
   if (!v.is_json()) return false;

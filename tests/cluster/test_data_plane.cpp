@@ -323,6 +323,29 @@ TEST_CASE("data plane options come from the environment; bad values name the var
   CHECK_THROWS_WITH(DataPlaneOptions::from_environment(), Catch::Contains("HYFLOW_DATA_PLANE_THRESHOLD='1M'"));
 }
 
+TEST_CASE("over TLS connections the data plane stays off unless with_tls says otherwise") {
+  const DataPlaneOptions saved = DataPlane::process_options();
+  DataPlaneOptions o = saved;
+  o.enabled = true;
+  o.with_tls = false;
+  DataPlane::configure(o);
+  CHECK(data_plane_in_use(/*caf_uses_tls=*/false));
+  CHECK_FALSE(data_plane_in_use(/*caf_uses_tls=*/true));
+  o.with_tls = true;
+  DataPlane::configure(o);
+  CHECK(data_plane_in_use(true));
+  o.enabled = false;
+  DataPlane::configure(o);
+  CHECK_FALSE(data_plane_in_use(false));
+  DataPlane::configure(saved);
+  {
+    ScopedEnv env("HYFLOW_DATA_PLANE_WITH_TLS", "1");
+    CHECK(DataPlaneOptions::from_environment().with_tls);
+  }
+  ScopedEnv bad("HYFLOW_DATA_PLANE_WITH_TLS", "yes");
+  CHECK_THROWS_WITH(DataPlaneOptions::from_environment(), Catch::Contains("HYFLOW_DATA_PLANE_WITH_TLS='yes'"));
+}
+
 // ---- through a caf-node worker ----------------------------------------------------------------
 
 TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data plane, bit for bit") {

@@ -54,10 +54,14 @@ struct DataPlaneOptions {
   std::chrono::milliseconds object_ttl{600000};
   /// Off: every DataProto stays inline in the CAF messages.
   bool enabled = true;
+  /// Also use the data plane when this process's CAF connections use TLS (its actor system
+  /// has an openssl certificate). The data plane is plain TCP, so by default a TLS cluster
+  /// keeps every DataProto inside its encrypted CAF messages.
+  bool with_tls = false;
 
   /// Defaults overridden by the environment: HYFLOW_DATA_PLANE=off, HYFLOW_DATA_PLANE_BIND,
   /// HYFLOW_DATA_PLANE_HOST (advertise), HYFLOW_DATA_PLANE_THRESHOLD (bytes),
-  /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS. A malformed value is a ValueError naming the variable.
+  /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS, HYFLOW_DATA_PLANE_WITH_TLS=1. A malformed value is a ValueError naming the variable.
   static DataPlaneOptions from_environment();
 };
 
@@ -124,7 +128,7 @@ class DataPlane {
   /// to configure(), else DataPlaneOptions::from_environment().
   static DataPlane& process();
   /// Options of the process-wide plane (the threshold decides what travels over it). Called
-  /// after the plane has started, only the threshold and `enabled` change.
+  /// after the plane has started, only the threshold, `enabled` and `with_tls` change.
   static void configure(DataPlaneOptions options);
   /// The options the process-wide plane has or will start with.
   static DataPlaneOptions process_options();
@@ -134,6 +138,10 @@ class DataPlane {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Whether this process sends large DataProtos over its data plane: enabled, and either its
+/// CAF connections are not TLS (`caf_uses_tls`) or `with_tls` is set.
+bool data_plane_in_use(bool caf_uses_tls);
 
 /// True when `v` is a data-plane handle (a JSON object with the reserved key
 /// "$hyflow_object"; user JSON must not use that key at the top level).
