@@ -16,14 +16,15 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <type_traits>
-#include <condition_variable>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <system_error>
 #include <thread>
+#include <type_traits>
 
 namespace hyflow {
 
@@ -343,6 +344,7 @@ struct DataPlane::Impl {
   DataPlaneStats stats;
   std::thread acceptor;
   /// Connections being served (one detached thread each, bounded by io_timeout per operation).
+  static constexpr int kMaxConnections = 64;
   int active = 0;
   std::condition_variable idle;
   std::atomic<bool> stopping{false};
@@ -373,13 +375,23 @@ struct DataPlane::Impl {
       set_nodelay(c);
       {
         std::lock_guard lock(mutex);
+        if (active >= kMaxConnections) {  // a flood of idle connections cannot pin threads
+          ::close(c);
+          continue;
+        }
         ++active;
       }
-      std::thread([this, c] {
-        serve(Fd(c));
+      try {
+        std::thread([this, c] {
+          serve(Fd(c));
+          std::lock_guard lock(mutex);
+          if (--active == 0) idle.notify_all();
+        }).detach();
+      } catch (const std::system_error&) {  // no thread to be had: refuse this one
+        ::close(c);
         std::lock_guard lock(mutex);
         if (--active == 0) idle.notify_all();
-      }).detach();
+      }
     }
   }
 
@@ -567,8 +579,13 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
   const std::string what = describe(ref);
   Fd fd = request(ref, kOpFetch, timeout);
   // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
-  std::vector<char> bytes = reserve_buffer(static_cast<size_t>(ref.size));
-  bytes.resize(static_cast<size_t>(ref.size));
+  std::vector<char> bytes;
+  try {
+    bytes = reserve_buffer(static_cast<size_t>(ref.size));
+    bytes.resize(static_cast<size_t>(ref.size));
+  } catch (const std::exception& e) {
+    throw DataPlaneError(what + ": cannot allocate " + std::to_string(ref.size) + " bytes: " + e.what());
+  }
   char head[1 + 8];
   recv_all(fd.get(), head, sizeof head, timeout, what);
   const auto status = static_cast<uint8_t>(head[0]);

@@ -191,6 +191,11 @@ TEST_CASE("fetch from a port where nothing listens is a DataPlaneError saying th
                         Catch::Contains("refused"));
 }
 
+TEST_CASE("a handle announcing an impossible size fails with a DataPlaneError, not a crash") {
+  DataPlane plane;
+  CHECK_THROWS_WITH(DataPlane::fetch(ref_to(plane.port(), uint64_t{1} << 62), 2s), Catch::Contains("cannot allocate"));
+}
+
 TEST_CASE("a handle whose id is not 32 hex digits is refused before connecting") {
   ObjectRef ref = ref_to(closed_port(), 10);
   ref.id = "not-an-id";
