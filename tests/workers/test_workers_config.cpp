@@ -156,19 +156,6 @@ TEST_CASE("dynamic micro-batches: ceil(tokens / max) groups balanced by tokens, 
              Catch::Contains("compute_log_prob") && Catch::Contains("5 tokens"));
 }
 
-TEST_CASE("balanced partitions put the largest first into the lightest group") {
-  auto groups = balanced_partitions({5, 1, 4, 2, 3, 3}, 3);  // sums 6, 6, 6
-  REQUIRE(groups.size() == 3);
-  std::vector<int64_t> w = {5, 1, 4, 2, 3, 3};
-  for (const auto& g : groups) {
-    int64_t sum = 0;
-    for (auto i : g) sum += w[static_cast<size_t>(i)];
-    CHECK(sum == 6);
-    CHECK(std::is_sorted(g.begin(), g.end()));
-  }
-  CHECK_THROWS_AS(balanced_partitions({1, 2}, 3), ValueError);
-}
-
 TEST_CASE("optimizer: warmup schedule from lr_warmup_steps_ratio and the logged lr before each step") {
   auto p = torch::zeros({3}, torch::requires_grad());
   OptimConfig o;

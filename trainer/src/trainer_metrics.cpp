@@ -1,6 +1,8 @@
 // verl's metric_utils (data, timing, throughput), seqlen balancing and the progress line.
 #include "trainer_metrics.hpp"
 
+#include <hyflow/parallel/seqlen_balancing.hpp>
+
 #include <algorithm>
 #include <iomanip>
 #include <numeric>
@@ -61,48 +63,17 @@ void add_timing_and_throughput_metrics(const DataProto& batch, int64_t world, nl
 void balance_batch(DataProto& batch, int64_t world, nlohmann::json& m) {
   const int64_t B = batch.size();
   if (world <= 1 || B % world != 0) return;
-  const auto lens = batch.batch.at("attention_mask").sum(-1);
-  std::vector<double> work(static_cast<size_t>(B));
-  for (int64_t i = 0; i < B; ++i) {
-    const double s = lens[i].item<double>();
-    work[static_cast<size_t>(i)] = 24576.0 * s + s * s;
-  }
-  // Greedy equal-size partition: heaviest rows first, each to the lightest open partition.
-  std::vector<int64_t> order(static_cast<size_t>(B));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return work[a] > work[b]; });
-  const int64_t per = B / world;
-  std::vector<std::vector<int64_t>> parts(static_cast<size_t>(world));
-  std::vector<double> load(static_cast<size_t>(world), 0.0);
-  for (int64_t i : order) {
-    int64_t best = -1;
-    for (int64_t p = 0; p < world; ++p)
-      if (static_cast<int64_t>(parts[p].size()) < per && (best < 0 || load[p] < load[best])) best = p;
-    parts[best].push_back(i);
-    load[best] += work[i];
-  }
-  std::vector<int64_t> reorder;
-  std::vector<double> seqlen(static_cast<size_t>(world), 0.0);
-  for (int64_t p = 0; p < world; ++p) {
-    std::sort(parts[p].begin(), parts[p].end());
-    for (int64_t i : parts[p]) {
-      reorder.push_back(i);
-      seqlen[p] += lens[i].item<double>();
-    }
-  }
-  double before_min = 1e300, before_max = 0;
-  for (int64_t p = 0; p < world; ++p) {
-    const double s = lens.narrow(0, p * per, per).sum().item<double>();
-    before_min = std::min(before_min, s);
-    before_max = std::max(before_max, s);
-  }
-  batch.reorder(reorder);
-  m["global_seqlen/min"] = before_min;
-  m["global_seqlen/max"] = before_max;
-  m["global_seqlen/minmax_diff"] = before_max - before_min;
-  m["global_seqlen/balanced_min"] = *std::min_element(seqlen.begin(), seqlen.end());
-  m["global_seqlen/balanced_max"] = *std::max_element(seqlen.begin(), seqlen.end());
-  m["global_seqlen/mean"] = lens.sum().item<double>() / static_cast<double>(world);
+  auto lens_t = batch.batch.at("attention_mask").reshape({B, -1}).sum(-1).to(torch::kLong).contiguous();
+  const std::vector<int64_t> lens(lens_t.data_ptr<int64_t>(), lens_t.data_ptr<int64_t>() + B);
+  const auto workloads = seqlen_balancing::calculate_workload(lens);
+  const auto partitions = seqlen_balancing::balance_batch_partitions(workloads, world);
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(B));
+  for (const auto& p : partitions) order.insert(order.end(), p.begin(), p.end());
+  batch.reorder(order);
+  // verl logs these in workload units (24576·s + s²), not tokens
+  for (const auto& [key, value] : seqlen_balancing::log_seqlen_unbalance(workloads, partitions, "global_seqlen"))
+    m[key] = value;
 }
 
 std::string format_progress(const nlohmann::json& m, int64_t step, int64_t total) {

@@ -1,33 +1,13 @@
 #include <hyflow/workers/micro_batches.hpp>
 
+#include <hyflow/parallel/seqlen_balancing.hpp>
+
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <numeric>
 
 namespace hyflow::workers {
-
-std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>& weights, int64_t parts) {
-  const auto n = static_cast<int64_t>(weights.size());
-  if (parts < 1 || parts > n)
-    throw ValueError("balanced_partitions: " + std::to_string(parts) + " parts of " + std::to_string(n) + " rows");
-  std::vector<int64_t> by_weight(static_cast<size_t>(n));
-  std::iota(by_weight.begin(), by_weight.end(), 0);
-  std::stable_sort(by_weight.begin(), by_weight.end(),
-                   [&](int64_t a, int64_t b) { return weights[static_cast<size_t>(a)] > weights[static_cast<size_t>(b)]; });
-  std::vector<std::vector<int64_t>> groups(static_cast<size_t>(parts));
-  std::vector<int64_t> load(static_cast<size_t>(parts), 0);
-  for (int64_t i : by_weight) {
-    // the lightest group; among equals the one with fewer rows, then the lowest index
-    size_t best = 0;
-    for (size_t g = 1; g < groups.size(); ++g)
-      if (load[g] < load[best] || (load[g] == load[best] && groups[g].size() < groups[best].size())) best = g;
-    groups[best].push_back(i);
-    load[best] += weights[static_cast<size_t>(i)];
-  }
-  for (auto& g : groups) std::sort(g.begin(), g.end());
-  return groups;
-}
 
 MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what) {
   MicroBatches out;
@@ -46,9 +26,8 @@ MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& ba
     throw ValueError(what + ": a row has " + std::to_string(longest) + " tokens, more than max_token_len_per_gpu " +
                      std::to_string(batching.max_token_len_per_gpu));
   const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  const int64_t parts = std::clamp<int64_t>((total + batching.max_token_len_per_gpu - 1) / batching.max_token_len_per_gpu,
-                                            1, rows);
-  for (auto& group : balanced_partitions(lengths, parts)) {
+  const int64_t parts = std::clamp<int64_t>(seqlen_balancing::ceildiv(total, batching.max_token_len_per_gpu), 1, rows);
+  for (auto& group : seqlen_balancing::dynamic_micro_batch_partitions(seqlen_balancing::calculate_workload(lengths), parts)) {
     out.batches.push_back(data.select_idxs(group));
     out.order.insert(out.order.end(), group.begin(), group.end());
   }

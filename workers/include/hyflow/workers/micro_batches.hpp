@@ -17,17 +17,14 @@ struct MicroBatches {
 };
 
 /// Fixed size: consecutive pieces of micro_batch_size_per_gpu rows (the whole batch when
-/// unset). Dynamic: min(rows, ceil(Σ tokens / max_token_len)) micro-batches balanced by
-/// token count (tokens = attention_mask row sums); ValueError when one row alone exceeds
-/// max_token_len, naming `what`.
+/// unset). Dynamic (verl's rearrange_micro_batches): min(rows, ceil(Σ tokens / max_token_len))
+/// micro-batches, a Karmarkar–Karp partition of the rows' workloads (tokens = attention_mask
+/// row sums; seqlen_balancing::dynamic_micro_batch_partitions); ValueError when one row alone
+/// exceeds max_token_len, naming `what`.
 MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what);
 
 /// Puts rows of `concatenated` (micro-batch order) back into input order.
 DataProto restore_order(const DataProto& concatenated, const std::vector<int64_t>& order);
-
-/// Balanced partition of `weights` into `parts` non-empty groups (largest first, each into the
-/// lightest group); groups hold ascending indices. Needs 1 <= parts <= weights.size().
-std::vector<std::vector<int64_t>> balanced_partitions(const std::vector<int64_t>& weights, int64_t parts);
 
 /// Rows per rank of a mini-batch: ppo_mini_batch_size (prompts) × rollout_n ÷ world_size;
 /// ValueError naming `path` when it does not divide evenly or is not a multiple of the micro
