@@ -148,7 +148,9 @@ Value collect_concat(DispatchContext&, std::vector<Value> outputs) {
     parts.push_back(std::move(outputs[i].dataproto()));
   }
   if (parts.empty()) throw ShapeError("concat collect: no outputs");
-  return Value(parts.size() == 1 ? std::move(parts[0]) : DataProto::concat(parts));
+  // Always through concat, as verl does: with one worker too, meta_info["metrics"] becomes a
+  // dict of lists (tensors of a single part are passed through without a copy).
+  return Value(DataProto::concat(parts));
 }
 
 }  // namespace dispatch_fns
