@@ -4,6 +4,10 @@
 
 #include "test_workers.hpp"
 
+#ifdef HYFLOW_NODE_HAS_WORKERS
+#include <hyflow/workers/register.hpp>
+#endif
+
 #include <boost/program_options.hpp>
 
 #include <csignal>
@@ -69,6 +73,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   test::register_test_workers();
+#ifdef HYFLOW_NODE_HAS_WORKERS
+  hyflow::workers::register_workers();  // ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+#endif
 
   // Block the stop signals in every thread (CAF's threads inherit the mask) and wait for them here.
   sigset_t stop;

@@ -131,7 +131,7 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target"),
       key("trainer.total_epochs", T::integer, 30, "epochs"),
       key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
-      key("trainer.balance_batch", T::boolean, true, "balance sequence lengths over ranks"),
+      key("trainer.balance_batch", T::boolean, true, "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"),
       key("trainer.project_name", T::string, "hyflow", "project"),
       key("trainer.experiment_name", T::string, "run", "experiment"),
       key("trainer.logger", T::list, Json::array({"console"}), "console | file"),
@@ -151,6 +151,13 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("trainer.seed", T::integer, 1, "controller seed (uids, rollout seeds)"),
       key("trainer.metrics_file", T::string, kNull, "JSONL metrics (null: {default_local_dir}/metrics.jsonl)", true),
       key("trainer.progress_bar", T::boolean, true, "print a progress line per step"),
+      key("cluster.nodes", T::string, kNull,
+          "caf-node addresses host:port,... (null: workers run in this process); trainer.nnodes of them are used",
+          true),
+      key("cluster.secret_file", T::string, kNull, "file with the secret the nodes were started with", true),
+      key("cluster.heartbeat_ms", T::integer, 0, "middleman heartbeat interval, as the nodes' --heartbeat-ms (0: off)"),
+      key("cluster.connection_timeout_ms", T::integer, 0,
+          "drop a node silent this long, as the nodes' --connection-timeout-ms (0: never)"),
   };
   for (auto& o : tail) k.push_back(std::move(o));
   return k;

@@ -1,5 +1,6 @@
 // PPOTrainer: verl's fit() step order over colocated worker groups (see docs/trainer.md).
 #include <hyflow/actors/all.hpp>
+#include <hyflow/actors/cluster.hpp>
 #include <hyflow/dataproto/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
@@ -87,7 +88,8 @@ struct PPOTrainer::Impl {
   std::unique_ptr<RLDataset> train_data, val_data;
   std::unique_ptr<RewardManager> reward_fn, val_reward_fn;
 
-  Runtime runtime;
+  std::unique_ptr<Runtime> runtime;  // before the groups: destroyed after them
+  std::shared_ptr<RemoteLauncher> cluster;
   std::optional<WorkerGroup> bundle;
   std::optional<WorkerGroup> actor, critic, rm;
   std::vector<nlohmann::json> history;
@@ -206,7 +208,23 @@ void PPOTrainer::Impl::setup() {
   }
   workers::register_workers();
   std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")), static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
-  bundle.emplace(runtime, ResourcePool(per_node), colocated_spec(roles));
+  if (c.is_null("cluster.nodes")) {
+    runtime = std::make_unique<Runtime>();
+    bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles));
+  } else {
+    // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
+    // n_gpus_per_node workers each
+    runtime = std::make_unique<Runtime>(RuntimeOptions{
+        .network = true,
+        .heartbeat_interval_ms = static_cast<int>(c.get_int("cluster.heartbeat_ms")),
+        .connection_timeout_ms = static_cast<int>(c.get_int("cluster.connection_timeout_ms"))});
+    ClusterOptions options;
+    options.nodes = parse_node_list(c.get_string("cluster.nodes"));
+    if (!c.is_null("cluster.secret_file")) options.secret = read_secret_file(c.get_string("cluster.secret_file"));
+    cluster = RemoteLauncher::connect(*runtime, std::move(options));
+    runtime->set_launcher(cluster);
+    bundle.emplace(*runtime, cluster->pool(per_node), colocated_spec(roles));
+  }
   std::vector<std::string> names;
   for (const auto& r : roles) names.push_back(r.first);
   auto views = bundle->spawn(names);

@@ -1,0 +1,78 @@
+// The PPO trainer with its workers on caf-node processes (cluster.nodes): the same 2-step GRPO
+// run placed on 2 nodes of 1 worker each gives the metrics of the in-process run with 2
+// workers, and a node that is not listening is an error naming it.
+#include "node_process.hpp"
+#include "ppo_test_fixture.hpp"
+
+#include <hyflow/actors/cluster.hpp>
+#include <hyflow/trainer/ppo_trainer.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+using namespace hyflow;
+using namespace hyflow::trainer;
+using namespace ppo_test;
+
+namespace {
+nlohmann::json without_timings(const nlohmann::json& m) {
+  nlohmann::json out;
+  for (const auto& [k, v] : m.items())
+    if (k.rfind("timing", 0) != 0 && k.rfind("perf/", 0) != 0) out[k] = v;
+  return out;
+}
+
+std::vector<nlohmann::json> run(Config c) {
+  c.set("trainer.total_training_steps", "2");
+  c.set("trainer.test_freq", "2");
+  PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  std::vector<nlohmann::json> out;
+  for (const auto& m : t.history()) out.push_back(without_timings(m));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("GRPO with workers on 2 caf-nodes gives the metrics of the in-process run") {
+  TempDir local_out("local"), cluster_out("cluster");
+  const auto local = run(small_config("grpo", local_out.path));
+
+  test::NodeProcess a, b;
+  Config c = small_config("grpo", cluster_out.path);
+  c.set("trainer.nnodes", "2");
+  c.set("trainer.n_gpus_per_node", "1");
+  c.set("cluster.nodes", b.address() + "," + a.address());  // listing order does not matter
+  const auto remote = run(c);
+
+  REQUIRE(remote.size() == local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    for (const auto& [k, v] : local[i].items()) {
+      CAPTURE(i, k);
+      REQUIRE(remote[i].contains(k));
+      if (v.is_number())
+        CHECK(remote[i].at(k).get<double>() == Approx(v.get<double>()).margin(1e-9));
+      else
+        CHECK(remote[i].at(k) == v);
+    }
+  }
+  CHECK(remote.back().contains("val-core/arithmetic/reward/mean@1"));
+}
+
+TEST_CASE("cluster.nodes naming a closed port fails with the node's address") {
+  TempDir out("closed");
+  Config c = small_config("grpo", out.path);
+  c.set("cluster.nodes", "127.0.0.1:1");
+  c.set("trainer.n_gpus_per_node", "1");
+  c.set("trainer.nnodes", "1");
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("cluster.secret_file must exist") {
+  TempDir out("secret");
+  Config c = small_config("grpo", out.path);
+  c.set("cluster.nodes", "127.0.0.1:1");
+  c.set("cluster.secret_file", (out.path / "missing").string());
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("missing"));
+}
