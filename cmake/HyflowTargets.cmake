@@ -4,7 +4,7 @@
 #        exported for find_package(hyflow).
 #   hyflow_add_test(<name> SOURCES ... DEPS ... [LABELS ...] [PCH ...] [TIMEOUT s])
 #     -> Catch2 executable registered with CTest (label "unit" unless told otherwise).
-#   hyflow_add_executable(<name> SOURCES ... DEPS ... [PCH ...])
+#   hyflow_add_executable(<name> SOURCES ... DEPS ... [PCH ...] [INSTALL] [EXPORTS])
 
 # --- precompiled headers ---------------------------------------------------------------
 # One PCH per header set, compiled once and reused by every target that asks for it
@@ -108,9 +108,12 @@ endfunction()
 
 # --- executables (apps, benches, examples) -----------------------------------------------
 function(hyflow_add_executable name)
-  cmake_parse_arguments(ARG "INSTALL" "PCH" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INSTALL;EXPORTS" "PCH" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  if(ARG_EXPORTS)  # plugins loaded with dlopen resolve hyflow's functions in the program
+    set_target_properties(${name} PROPERTIES ENABLE_EXPORTS ON)
+  endif()
   hyflow_set_warnings(${name})
   _hyflow_apply_pch(${name} "${ARG_PCH}")
   if(ARG_INSTALL)

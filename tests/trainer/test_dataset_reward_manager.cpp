@@ -195,3 +195,21 @@ TEST_CASE("rm_scores in the batch are returned as the reward") {
   RewardManager rm(char_tok(), {});
   CHECK(rm(data).reward_tensor.sum().item<float>() == Approx(1.25));
 }
+
+TEST_CASE("a reward plugin (custom_reward_function.path) registers functions the managers use") {
+  CHECK_THROWS_AS(reward_score::get_compute_score("plugin_length_score"), KeyError);
+  load_reward_plugin(REWARD_PLUGIN_PATH);
+  load_reward_plugin(REWARD_PLUGIN_PATH);  // again: nothing happens
+  RewardManager rm(char_tok(), {.compute_score = "plugin_length_score"});
+  auto out = rm(rollout({"1+2=", "5+5="}, {"3", "1"}, {"3", "10"}));
+  CHECK(out.reward_tensor[0][0].item<float>() == 1.0f);
+  CHECK(out.reward_tensor[1].sum().item<float>() == 0.0f);
+  CHECK(out.reward_extra_info.at("length")[1] == 1.0);
+}
+
+TEST_CASE("a reward plugin that is missing or not a library is a ValueError naming it") {
+  CHECK_THROWS_WITH(load_reward_plugin("/nonexistent/libreward.so"), Catch::Contains("/nonexistent/libreward.so"));
+  const auto not_a_library = write_file("not an ELF file");
+  CHECK_THROWS_AS(load_reward_plugin(not_a_library), ValueError);
+  CHECK_THROWS_WITH(load_reward_plugin(not_a_library), Catch::Contains(not_a_library));
+}

@@ -160,8 +160,22 @@ void PPOTrainer::Impl::setup() {
                                                           : c.get_int("trainer.total_training_steps");
 
   std::string cf = c.get_string("custom_reward_function.name");
-  if (cf == "compute_score") cf = "default";
   const std::string manager = c.get_string("reward_model.reward_manager");
+  if (c.is_null("custom_reward_function.path")) {
+    if (cf == "compute_score") cf = "default";
+  } else {
+    const std::string plugin = c.get_string("custom_reward_function.path");
+    try {
+      load_reward_plugin(plugin);
+      if (manager == "batch") (void)get_batch_compute_score(cf);
+      else (void)reward_score::get_compute_score(cf);
+    } catch (const ValueError& e) {
+      throw ValueError("config key 'custom_reward_function.path': " + std::string(e.what()));
+    } catch (const KeyError&) {
+      throw KeyError("config key 'custom_reward_function.name': '" + cf + "' is not a registered " +
+                     (manager == "batch" ? "batch " : "") + "reward function after loading '" + plugin + "'");
+    }
+  }
   RewardManagerOptions ropt{.name = manager,
                             .compute_score = cf,
                             .num_examine = 0,

@@ -35,6 +35,14 @@ void register_batch_compute_score(const std::string& name, BatchComputeScoreFn f
 /// KeyError naming the unknown name.
 BatchComputeScoreFn get_batch_compute_score(const std::string& name);
 
+/// Loads a shared library of reward functions (`custom_reward_function.path`): its static
+/// initializers call register_compute_score / register_batch_compute_score, and
+/// `custom_reward_function.name` then picks one. The library is not linked against hyflow: it
+/// resolves those functions in the program, which must export its symbols (the hyflow-* apps
+/// do; CMake: ENABLE_EXPORTS). ValueError naming the path (and dlerror()) when it cannot be
+/// loaded; loading the same file again does nothing.
+void load_reward_plugin(const std::string& path);
+
 struct OverlongBuffer {
   bool enable = false;
   int64_t len = 0;
