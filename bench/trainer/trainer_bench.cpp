@@ -1,10 +1,12 @@
 // GRPO step of the main job's configuration (config/grpo_arithmetic.ini): hyflow's step time
 // breakdown (timing_s/*) and throughput against a PyTorch implementation of the same step on
 // the same model and prompts (grpo_step_peer.py), measured in the same run.
-// Usage: trainer_bench MODEL_DIR [STEPS]   (MODEL_DIR: the SFT-warmed model of the main job)
+// Usage: trainer_bench [MODEL_DIR [STEPS]]   (MODEL_DIR: the SFT-warmed model of the main job;
+// without it the bench first runs the main job's SFT warm-up, config/sft_arithmetic.ini)
 #include <hyflow/models/tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
+#include <hyflow/trainer/sft_trainer.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,13 +28,18 @@ void emit(const std::string& c, double value, const std::string& unit, double pe
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: trainer_bench MODEL_DIR [STEPS]\n";
-    return 2;
-  }
-  const std::string model = argv[1];
   const int64_t steps = argc > 2 ? std::stoll(argv[2]) : 6;
   const fs::path tmp = fs::temp_directory_path() / ("hyflow_trainer_bench_" + std::to_string(::getpid()));
+  std::string model = argc > 1 ? argv[1] : "";
+  if (model.empty()) {  // the main job's warm-up, as scripts/main-job.sh runs it
+    Config sft(ConfigSchema::sft);
+    sft.apply_arguments({std::string("--config=") + HYFLOW_SFT_CONFIG, "--trainer.default_local_dir=" + (tmp / "sft").string()});
+    std::cerr << "trainer_bench: no MODEL_DIR given, warming up the built-in model (" << HYFLOW_SFT_CONFIG << ")\n";
+    std::streambuf* out = std::cout.rdbuf(std::cerr.rdbuf());  // stdout carries only JSON lines
+    (void)run_sft(sft);
+    std::cout.rdbuf(out);
+    model = (tmp / "sft").string();
+  }
   Config c;
   c.apply_arguments({std::string("--config=") + HYFLOW_TRAINER_CONFIG, "--actor_rollout_ref.model.path=" + model,
                      "--trainer.total_training_steps=" + std::to_string(steps), "--trainer.test_freq=-1",
