@@ -112,3 +112,26 @@ TEST_CASE("config errors in the trainer name the key") {
   Config d = small_config("no_such_estimator", out.path);
   CHECK_THROWS_AS(PPOTrainer(d), KeyError);
 }
+
+TEST_CASE("validation with val_kwargs.n=2 logs verl's val-core mean/best/maj@2 and val-aux std@2") {
+  TempDir out("val");
+  Config c = small_config("grpo", out.path);
+  c.set("actor_rollout_ref.rollout.val_kwargs.n", "2");
+  c.set("actor_rollout_ref.rollout.val_kwargs.do_sample", "true");
+  c.set("actor_rollout_ref.rollout.val_kwargs.temperature", "1.0");
+  PPOTrainer t(c);
+  t.init_workers();
+  const auto m = t.validate();
+  for (const char* k : {"val-core/arithmetic/reward/mean@2", "val-core/arithmetic/reward/best@2/mean",
+                        "val-core/arithmetic/reward/best@2/std", "val-aux/arithmetic/reward/std@2",
+                        "val-aux/arithmetic/reward/worst@2/mean"}) {
+    CAPTURE(k);
+    REQUIRE(m.contains(k));
+    CHECK(std::isfinite(m.at(k).get<double>()));
+  }
+  // best of 2 is never below the mean, worst never above
+  CHECK(m.at("val-core/arithmetic/reward/best@2/mean").get<double>() >=
+        m.at("val-core/arithmetic/reward/mean@2").get<double>() - 1e-12);
+  CHECK(m.at("val-aux/arithmetic/reward/worst@2/mean").get<double>() <=
+        m.at("val-core/arithmetic/reward/mean@2").get<double>() + 1e-12);
+}

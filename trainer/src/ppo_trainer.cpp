@@ -4,6 +4,7 @@
 #include <hyflow/dataproto/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/metric_utils.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 #include <hyflow/workers/all.hpp>
@@ -348,13 +349,19 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
 nlohmann::json PPOTrainer::Impl::validate() {
   const int64_t val_n = config.get_int("actor_rollout_ref.rollout.val_kwargs.n");
   const int64_t bs = config.is_null("data.val_batch_size") ? val_data->size() : config.get_int("data.val_batch_size");
-  std::map<std::string, std::vector<double>> by_source;
-  bool has_acc = false;
+  // verl's _validate: per sample its data source, its prompt's uid, the reward and every
+  // reward_extra_info column
+  std::vector<std::string> sources, uids;
+  std::map<std::string, std::vector<nlohmann::json>> infos;
   std::vector<double> resp_lens;
   for (int64_t start = 0; start < val_data->size(); start += bs) {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < std::min(start + bs, val_data->size()); ++i) idx.push_back(i);
-    DataProto test = val_data->batch(idx).repeat(val_n, true);
+    DataProto test = val_data->batch(idx);
+    Column uid;
+    for (int64_t i : idx) uid.emplace_back("val-" + std::to_string(i));
+    test.non_tensor_batch["uid"] = std::move(uid);
+    test = test.repeat(val_n, true);
     DataProto gen = test.pop({"input_ids", "attention_mask", "position_ids"});
     gen.meta_info["validate"] = true;
     gen.meta_info["do_sample"] = config.get_bool("actor_rollout_ref.rollout.val_kwargs.do_sample");
@@ -363,24 +370,20 @@ nlohmann::json PPOTrainer::Impl::validate() {
     out = unpad_dataproto(out, pad);
     test.union_with(out);
     RewardOutput r = (*val_reward_fn)(test);
-    const auto scores = r.reward_tensor.sum(-1);
-    const auto acc = r.reward_extra_info.find("acc");
-    has_acc = acc != r.reward_extra_info.end();
+    const auto scores = r.reward_tensor.sum(-1).to(at::kDouble).contiguous();
     const int64_t T = test.batch.at("responses").size(1);
     const auto lens = test.batch.at("attention_mask").narrow(1, -T, T).sum(-1);
     for (int64_t i = 0; i < test.size(); ++i) {
-      const double v = has_acc ? acc->second.at(static_cast<size_t>(i)).get<double>() : scores[i].item<double>();
-      by_source[test.non_tensor_batch.at("data_source").at(static_cast<size_t>(i)).get<std::string>()].push_back(v);
+      const auto row = static_cast<size_t>(i);
+      sources.push_back(test.non_tensor_batch.at("data_source").at(row).get<std::string>());
+      uids.push_back(test.non_tensor_batch.at("uid").at(row).get<std::string>());
+      infos["reward"].push_back(scores[i].item<double>());
       resp_lens.push_back(lens[i].item<double>());
     }
+    for (const auto& [key, values] : r.reward_extra_info)
+      if (key != "reward") infos[key].insert(infos[key].end(), values.begin(), values.end());
   }
-  nlohmann::json m = nlohmann::json::object();
-  const std::string var = has_acc ? "acc" : "reward";
-  for (const auto& [source, values] : by_source) {
-    double sum = 0;
-    for (double v : values) sum += v;
-    m["val-core/" + source + "/" + var + "/mean@" + std::to_string(val_n)] = sum / static_cast<double>(values.size());
-  }
+  nlohmann::json m = metric_utils::validation_metric_sections(metric_utils::process_validation_metrics(sources, uids, infos));
   double total = 0;
   for (double l : resp_lens) total += l;
   if (!resp_lens.empty()) m["val-aux/response_length/mean"] = total / static_cast<double>(resp_lens.size());
