@@ -144,23 +144,31 @@ NodeInfo local_node_info() {
 // handles that message; the queued message keeps a strong reference to the actor, and a
 // detached actor (the collector, the workers) that is never destroyed makes ~actor_system
 // wait for its thread forever (await_detached_threads). Seen as an intermittent hang of the
-// controller at exit (about 1 run in 4 of the gloo test) and of caf-node on SIGTERM.
+// controller at exit (about 1 run in 6 of the gloo test) and a risk for caf-node on SIGTERM.
 //
 // The cure is an order, not a retry: before the middleman stops, wait until every local actor
-// that terminated has run its attachables, then let the broker handle everything queued so
+// that is ending has run its attachables, then let the broker handle everything queued so
 // far. "Ran its attachables" is observable: the broker put the actor into the registry when
 // it first forwarded one of its messages, and the registry's erase hook was attached before
-// the broker's monitor (attachables run newest first), so once the registry entry of a
-// terminated actor is gone, its down message is in the broker's mailbox. One request the
-// broker answers (FIFO behind that message) then flushes it.
+// the broker's monitor (attachables run newest first), so once the registry entry of an
+// ending actor is gone, its down message is in the broker's mailbox. One request the broker
+// answers (FIFO behind that message) then flushes it.
 
-/// A local actor that has terminated but is still in the registry: its attachables (among
-/// them the broker's monitor) have not all run yet.
-bool terminated_actor_in_registry(caf::actor_system& sys) {
+/// A local actor still in the registry that is ending: terminated, or (not hidden) already
+/// unregistered. Cleanup unregisters first (that is what lets the running count reach 0), then
+/// marks the actor terminated and runs its attachables, the broker's monitor among them, and
+/// the registry's erase hook after it; so while this holds, a down message may still be on its
+/// way to the broker. Callers only ask once the running count says no other actor runs.
+bool ending_actor_in_registry(caf::actor_system& sys) {
+  using caf::abstract_actor;
   const auto last = sys.latest_actor_id();
   for (caf::actor_id id = 1; id <= last; ++id) {
     auto p = sys.registry().get<caf::strong_actor_ptr>(id);
-    if (p && p->node() == sys.node() && p->get()->getf(caf::abstract_actor::is_terminated_flag)) return true;
+    if (!p || p->node() != sys.node()) continue;
+    const auto* a = p->get();
+    if (a->getf(abstract_actor::is_terminated_flag) ||
+        (!a->getf(abstract_actor::is_hidden_flag) && !a->getf(abstract_actor::is_registered_flag)))
+      return true;
   }
   return false;
 }
@@ -170,10 +178,10 @@ caf::actor basp_broker_of(caf::actor_system& sys) {
 }
 
 /// Blocking form (NodeServer teardown, after await_all_actors_done): waits up to `budget` for
-/// terminated actors to run their attachables, then flushes the broker's mailbox.
+/// ending actors to run their attachables, then flushes the broker's mailbox.
 void drain_basp(caf::actor_system& sys, std::chrono::milliseconds budget) {
   const auto end = std::chrono::steady_clock::now() + budget;
-  while (terminated_actor_in_registry(sys) && std::chrono::steady_clock::now() < end)
+  while (ending_actor_in_registry(sys) && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto left = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                  end - std::chrono::steady_clock::now()));
@@ -196,8 +204,14 @@ size_t guards_of(const caf::actor_system& sys) {
 }
 
 struct guard_state {
+  // Not an aggregate: CAF 0.17 constructs a state from the actor pointer when it can, and
+  // C++20's parenthesized aggregate initialization would turn that pointer into `gone`.
+  guard_state() = default;
   bool gone = false;
   int drain_ticks = 0;
+  /// Once its launcher is gone nothing else refers to the guard, and CAF destroys an actor
+  /// nobody refers to (exit reason "unreachable"), pending messages or not: it holds itself.
+  caf::strong_actor_ptr keep_alive;
   static inline const char* name = "hyflow.cluster_shutdown_guard";
 };
 
@@ -217,11 +231,13 @@ caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
       if (--live_guards[&self->system()] == 0) live_guards.erase(&self->system());
     }
     self->quit();
+    self->state.keep_alive = nullptr;
   };
   return {
       [self](guard_gone_atom) {
         if (self->state.gone) return;
         self->state.gone = true;
+        self->state.keep_alive = caf::actor_cast<caf::strong_actor_ptr>(self);
         self->send(self, guard_tick_atom::value);
       },
       [self, finish](guard_tick_atom) {
@@ -230,7 +246,7 @@ caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
           self->delayed_send(self, std::chrono::milliseconds(5), guard_tick_atom::value);
           return;
         }
-        if (terminated_actor_in_registry(sys) && ++self->state.drain_ticks < 400) {  // at most ~2 s
+        if (ending_actor_in_registry(sys) && ++self->state.drain_ticks < 400) {  // at most ~2 s
           self->delayed_send(self, std::chrono::milliseconds(5), guard_tick_atom::value);
           return;
         }
