@@ -193,14 +193,23 @@ void drain_basp(caf::actor_system& sys, std::chrono::milliseconds budget) {
 using guard_gone_atom = caf::atom_constant<caf::atom("hf_gone")>;
 using guard_tick_atom = caf::atom_constant<caf::atom("hf_gtick")>;
 
-/// Live shutdown guards per actor system (one per RemoteLauncher).
-std::mutex guards_mutex;
-std::map<const caf::actor_system*, size_t> live_guards;
+/// Live shutdown guards per actor system (one per RemoteLauncher). Never destroyed: a guard
+/// of a Runtime that is never torn down (leaked by its owner) still ticks while static
+/// destructors run at exit.
+struct GuardCounts {
+  std::mutex mutex;
+  std::map<const caf::actor_system*, size_t> live;
+};
+GuardCounts& guard_counts() {
+  static auto* counts = new GuardCounts;
+  return *counts;
+}
 
 size_t guards_of(const caf::actor_system& sys) {
-  std::lock_guard lock(guards_mutex);
-  auto it = live_guards.find(&sys);
-  return it == live_guards.end() ? 0 : it->second;
+  auto& g = guard_counts();
+  std::lock_guard lock(g.mutex);
+  auto it = g.live.find(&sys);
+  return it == g.live.end() ? 0 : it->second;
 }
 
 struct guard_state {
@@ -222,13 +231,15 @@ struct guard_state {
 /// other actors run (a launcher dropped mid-run) it just idles.
 caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
   {
-    std::lock_guard lock(guards_mutex);
-    ++live_guards[&self->system()];
+    auto& g = guard_counts();
+    std::lock_guard lock(g.mutex);
+    ++g.live[&self->system()];
   }
   auto finish = [self] {
     {
-      std::lock_guard lock(guards_mutex);
-      if (--live_guards[&self->system()] == 0) live_guards.erase(&self->system());
+      auto& g = guard_counts();
+      std::lock_guard lock(g.mutex);
+      if (--g.live[&self->system()] == 0) g.live.erase(&self->system());
     }
     self->quit();
     self->state.keep_alive = nullptr;
@@ -242,8 +253,8 @@ caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
       },
       [self, finish](guard_tick_atom) {
         auto& sys = self->system();
-        if (sys.registry().running() > guards_of(sys)) {  // groups still running
-          self->delayed_send(self, std::chrono::milliseconds(5), guard_tick_atom::value);
+        if (sys.registry().running() > guards_of(sys)) {  // groups (or a launcher dropped mid-run) still running
+          self->delayed_send(self, std::chrono::milliseconds(10), guard_tick_atom::value);
           return;
         }
         if (ending_actor_in_registry(sys) && ++self->state.drain_ticks < 400) {  // at most ~2 s
