@@ -14,6 +14,8 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::detail::PendingCall>)  // in-process only
 
@@ -224,26 +226,35 @@ bool has_pending_future(const std::vector<Value>& args) {
   return false;
 }
 
-/// A remote rank's result: handles to data plane objects are pulled from the worker's node.
-/// False when the rank failed instead (the error names it).
+/// A remote rank's result that holds data plane handles: the objects are pulled from the
+/// worker's node on a short thread of its own (ranks in parallel, and the collector keeps
+/// serving down messages and deadlines meanwhile), which then delivers or fails the rank.
+/// False when `v` holds no handle: the caller delivers it.
 bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& call, size_t i, int rank, Value& v) {
   auto refs = object_refs_in(v);
-  if (refs.empty()) return true;
+  if (refs.empty()) return false;
   const auto timeout = DataPlane::process_options().io_timeout;
   if (call->settled(i)) {  // too late (deadline, death): free the objects at their holder
     for (const auto& r : refs) DataPlane::discard(r, timeout);
-    return false;
-  }
-  try {
-    import_refs(v, timeout);
     return true;
-  } catch (const std::exception& e) {
-    call->fail(i, std::make_exception_ptr(CallError(call->method, rank, e.what(),
-                                                    "method '" + call->method + "': the result of " +
-                                                        rank_label(self->state, rank) + " could not be received: " +
-                                                        e.what())));
-    return false;
   }
+  auto result = std::make_shared<Value>(std::move(v));
+  auto pull = [call, i, rank, timeout, label = rank_label(self->state, rank), result] {
+    try {
+      import_refs(*result, timeout);
+      call->deliver(i, std::move(*result));
+    } catch (const std::exception& e) {
+      call->fail(i, std::make_exception_ptr(CallError(
+                        call->method, rank, e.what(),
+                        "method '" + call->method + "': the result of " + label + " could not be received: " + e.what())));
+    }
+  };
+  try {
+    std::thread(pull).detach();
+  } catch (const std::system_error&) {  // no thread to be had: pull here
+    pull();
+  }
+  return true;
 }
 
 void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<PendingCall>& call, size_t i,
@@ -270,7 +281,7 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
   self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method, std::move(args))
       .then(
           [self, id, call, i, rank, remote](Value& v) {
-            if (!remote || receive_remote(self, call, i, rank, v)) call->deliver(i, std::move(v));
+            if (!remote || !receive_remote(self, call, i, rank, v)) call->deliver(i, std::move(v));
             if (call->done()) self->state.calls.erase(id);
           },
           [self, id, call, i, rank](caf::error& e) {
@@ -326,6 +337,7 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
   return {
       [=](submit_atom, std::shared_ptr<PendingCall>& call) {
         auto& st = self->state;
+        forget_done(st);  // calls completed off this thread (data plane pulls)
         const uint64_t id = st.next_id++;
         st.calls.emplace(id, call);
         for (size_t i = 0; i < call->ranks.size(); ++i) {
@@ -399,6 +411,11 @@ struct RuntimeConfig : caf::actor_system_config {
     if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
     if (o.network) {
       load<caf::io::middleman>();
+      // The middleman hands each incoming message to a BASP worker job on the scheduler. Idle
+      // work-stealing threads only poll for jobs (sleeping 50 us to 10 ms between polls), which
+      // cost 100-250 us per remote call (bench/cluster); the sharing policy's threads wait on a
+      // condition variable and wake at once. The workers run on their own threads either way.
+      set("scheduler.policy", caf::atom("sharing"));
       if (o.heartbeat_interval_ms > 0)
         set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
       if (o.connection_timeout_ms > 0)
@@ -470,11 +487,6 @@ class InProcessLauncher : public WorkerLauncher {
 namespace hyflow::caf_protocol {
 
 void register_types(caf::actor_system_config& cfg) {
-  // BASP decodes incoming messages on the middleman's I/O thread instead of handing each one
-  // to a worker thread: that hand-off cost ~200 us of a ~270 us no-op call over loopback
-  // (bench/cluster). Large DataProtos travel over the data plane, so the I/O thread never
-  // spends long decoding one.
-  cfg.set("middleman.workers", size_t{0});
   cfg.add_message_type<DataProto>("hyflow::DataProto");
   cfg.add_message_type<Value>("hyflow::Value");
   cfg.add_actor_type("hyflow.worker", detail::worker_behavior);

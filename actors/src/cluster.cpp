@@ -389,6 +389,11 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
 struct NodeConfig : caf::actor_system_config {
   explicit NodeConfig(const NodeOptions& o) {
     caf_protocol::register_types(*this);
+    // BASP decodes incoming messages on the I/O thread instead of handing each one to a worker
+    // job on the (polling) scheduler: ~150 us less per remote call (bench/cluster); large
+    // DataProtos use the data plane. Not on controllers: there ~actor_system then hung now and
+    // then (docs/cluster.md, "Data plane"); they use the sharing scheduler instead.
+    set("middleman.workers", size_t{0});
     load<caf::io::middleman>();
     if (!o.tls_cert.empty()) {  // checked by check_tls_files; the middleman must come first
       load<caf::openssl::manager>();

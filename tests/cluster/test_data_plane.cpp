@@ -374,6 +374,27 @@ TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data p
   rt.reset();
 }
 
+TEST_CASE("DP_COMPUTE_PROTO over 2 remote ranks: every chunk goes by data plane, the concat is bit for bit") {
+  test::register_test_workers();
+  test::NodeProcess node;
+  auto rt = network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    const DataProto batch = big_batch(int64_t{8} << 20);  // two 4 MiB chunks
+    auto& plane = DataPlane::process();
+    const auto put_before = plane.stats().put;
+    const auto fetches_before = DataPlane::fetches();
+    DataProto back = wg.call(&test::EchoWorker::identity, batch);
+    CHECK(plane.stats().put == put_before + 2);
+    CHECK(DataPlane::fetches() == fetches_before + 2);  // pulled in parallel, one thread per rank
+    CHECK(plane.held() == 0);
+    check_same(back, batch);
+  }
+  rt.reset();
+}
+
 TEST_CASE("small DataProtos stay inline in the CAF messages") {
   test::register_test_workers();
   test::NodeProcess node;
