@@ -3,6 +3,7 @@
 // pipeline itself (worker_group.cpp) never sees CAF.
 #include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/caf_protocol.hpp>
+#include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/data_plane.hpp>
 #include <hyflow/actors/detail/pending_call.hpp>
@@ -10,6 +11,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include <iostream>
 #include <map>
@@ -420,6 +422,16 @@ struct RuntimeConfig : caf::actor_system_config {
         set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
       if (o.connection_timeout_ms > 0)
         set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+      if (!o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty()) {
+        // CAF aborts or hangs on a bad file: check them first (ValueError naming the file)
+        check_tls_files(o.tls_cert, o.tls_key, o.tls_ca, {"tls_cert", "tls_key", "tls_ca"});
+        load<caf::openssl::manager>();  // after the middleman, which it needs
+        openssl_certificate = o.tls_cert;
+        openssl_key = o.tls_key;
+        openssl_cafile = o.tls_ca;
+      }
+    } else if (!o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty()) {
+      throw ValueError("RuntimeOptions: TLS files given without network = true");
     }
   }
 };

@@ -74,5 +74,15 @@ TEST_CASE("cluster.secret_file must exist") {
   Config c = small_config("grpo", out.path);
   c.set("cluster.nodes", "127.0.0.1:1");
   c.set("cluster.secret_file", (out.path / "missing").string());
-  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("missing"));
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("cluster.secret_file") && Catch::Contains("missing"));
+}
+
+TEST_CASE("cluster.nodes that do not parse and a partial TLS set name their keys") {
+  TempDir out("keys");
+  Config c = small_config("grpo", out.path);
+  c.set("cluster.nodes", "127.0.0.1");
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("cluster.nodes"));
+  c.set("cluster.nodes", "127.0.0.1:1");
+  c.set("cluster.tls_cert", (out.path / "cert.pem").string());
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("cluster.tls_key"));
 }

@@ -160,6 +160,9 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("cluster.heartbeat_ms", T::integer, 0, "middleman heartbeat interval, as the nodes' --heartbeat-ms (0: off)"),
       key("cluster.connection_timeout_ms", T::integer, 0,
           "drop a node silent this long, as the nodes' --connection-timeout-ms (0: never)"),
+      key("cluster.tls_cert", T::string, kNull, "mutual TLS: this controller's certificate (PEM)", true),
+      key("cluster.tls_key", T::string, kNull, "mutual TLS: its private key (PEM)", true),
+      key("cluster.tls_ca", T::string, kNull, "mutual TLS: the CA that signed the nodes' certificates (PEM)", true),
   };
   for (auto& o : tail) k.push_back(std::move(o));
   return k;

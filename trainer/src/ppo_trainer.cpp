@@ -229,13 +229,31 @@ void PPOTrainer::Impl::setup() {
   } else {
     // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
     // n_gpus_per_node workers each
-    runtime = std::make_unique<Runtime>(RuntimeOptions{
-        .network = true,
-        .heartbeat_interval_ms = static_cast<int>(c.get_int("cluster.heartbeat_ms")),
-        .connection_timeout_ms = static_cast<int>(c.get_int("cluster.connection_timeout_ms"))});
+    auto opt = [&](const char* key) { return c.is_null(key) ? std::string() : c.get_string(key); };
+    RuntimeOptions ro{.network = true,
+                      .heartbeat_interval_ms = static_cast<int>(c.get_int("cluster.heartbeat_ms")),
+                      .connection_timeout_ms = static_cast<int>(c.get_int("cluster.connection_timeout_ms")),
+                      .tls_cert = opt("cluster.tls_cert"),
+                      .tls_key = opt("cluster.tls_key"),
+                      .tls_ca = opt("cluster.tls_ca")};
+    // errors name the key (check_tls_files names the cluster.tls_* keys itself)
+    check_tls_files(ro.tls_cert, ro.tls_key, ro.tls_ca, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"});
+    auto with_key = [](const char* key, auto&& read) {
+      try {
+        return read();
+      } catch (const ValueError& e) {
+        throw ValueError(std::string("config key '") + key + "': " + e.what());
+      }
+    };
     ClusterOptions options;
-    options.nodes = parse_node_list(c.get_string("cluster.nodes"));
-    if (!c.is_null("cluster.secret_file")) options.secret = read_secret_file(c.get_string("cluster.secret_file"));
+    options.nodes = with_key("cluster.nodes", [&] { return parse_node_list(c.get_string("cluster.nodes")); });
+    if (!c.is_null("cluster.secret_file"))
+      options.secret =
+          with_key("cluster.secret_file", [&] { return read_secret_file(c.get_string("cluster.secret_file")); });
+    options.tls_cert = ro.tls_cert;
+    options.tls_key = ro.tls_key;
+    options.tls_ca = ro.tls_ca;
+    runtime = std::make_unique<Runtime>(ro);
     cluster = RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(cluster);
     bundle.emplace(*runtime, cluster->pool(per_node), colocated_spec(roles));

@@ -65,6 +65,13 @@ struct RuntimeOptions {
   /// cut network) is noticed after connection_timeout_ms.
   int heartbeat_interval_ms = 0;
   int connection_timeout_ms = 0;
+  /// Mutual TLS to caf-nodes started with --tls-*: this controller's certificate, its private
+  /// key and the CA that signed the nodes' certificates (PEM files; all three or none, checked
+  /// with check_tls_files in hyflow/actors/cluster.hpp). Loads CAF's openssl module; needs
+  /// `network`. Give ClusterOptions the same three files.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 /// Destroy a Runtime before main returns (a local, or a unique_ptr reset at the end): CAF's
