@@ -12,6 +12,7 @@
 #include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/colocated.hpp>
+#include <hyflow/actors/data_plane.hpp>
 
 #include "cluster_gpu.hpp"
 
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -557,6 +559,11 @@ std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
 
 NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   register_colocated_worker_type();  // WorkerDict bundles of the registered roles
+  if (!std::getenv("HYFLOW_DATA_PLANE_BIND")) {  // the data plane listens where the node does
+    auto plane = DataPlane::process_options();
+    plane.bind = options.bind;
+    DataPlane::configure(plane);
+  }
   impl_->info = local_node_info();
   impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
   const auto port_arg = static_cast<uint16_t>(options.port);

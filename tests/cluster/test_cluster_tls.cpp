@@ -71,23 +71,13 @@ std::string tls_hello(const test::TlsFiles& files, int port) {
   return out;
 }
 
-template <class Options>
-constexpr bool runtime_has_tls = requires(Options o) {
-  o.tls_cert;
-  o.tls_key;
-  o.tls_ca;
-};
-
-/// A networked Runtime carrying the controller's TLS files, where RuntimeOptions has them.
-template <class Options = RuntimeOptions>
+/// A networked Runtime carrying the controller's TLS files.
 std::unique_ptr<Runtime> tls_runtime(const test::TlsFiles& f) {
-  Options o;
+  RuntimeOptions o;
   o.network = true;
-  if constexpr (runtime_has_tls<Options>) {
-    o.tls_cert = f.cert;
-    o.tls_key = f.key;
-    o.tls_ca = f.ca;
-  }
+  o.tls_cert = f.cert;
+  o.tls_key = f.key;
+  o.tls_ca = f.ca;
   return std::make_unique<Runtime>(o);
 }
 
@@ -123,6 +113,17 @@ TEST_CASE("caf-node refuses a partial or bad TLS file set at start-up, naming th
                     Contains("cluster.tls_key missing"));
   CHECK_FALSE(check_tls_files("", "", ""));
   CHECK(check_tls_files(node.cert, node.key, node.ca));
+  // and the controller's Runtime, before CAF sees the files
+  RuntimeOptions partial_rt;
+  partial_rt.network = true;
+  partial_rt.tls_cert = node.cert;
+  partial_rt.tls_ca = node.ca;
+  CHECK_THROWS_WITH(Runtime(partial_rt), Contains("tls_key missing"));
+  RuntimeOptions offline;
+  offline.tls_cert = node.cert;
+  offline.tls_key = node.key;
+  offline.tls_ca = node.ca;
+  CHECK_THROWS_WITH(Runtime(offline), Contains("network"));
 }
 
 TEST_CASE("a TLS node serves a client whose certificate its CA signed and refuses others within the bound") {
@@ -163,29 +164,22 @@ TEST_CASE("a group of 4 workers runs DP_COMPUTE_PROTO over 2 mutual-TLS nodes wi
   auto rt = tls_runtime(controller);
   auto options = tls_cluster({a.address(), b.address()}, controller);
   options.secret = read_secret_file(secret_file);
-  if constexpr (!runtime_has_tls<RuntimeOptions>) {
-    // CAF reads TLS files from the actor system's configuration, which RuntimeOptions cannot
-    // carry yet: the launcher says so instead of connecting in the clear.
-    WARN("RuntimeOptions has no tls_cert/tls_key/tls_ca: only the refusal of a TLS cluster on a plain Runtime is checked");
-    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, options), Contains("RuntimeOptions tls_cert, tls_key, tls_ca"));
-  } else {
-    {
-      auto cluster = RemoteLauncher::connect(*rt, options);
-      rt->set_launcher(cluster);
-      WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
-      DataProto batch = test::make_batch(8);
-      DataProto out = wg.call(&test::EchoWorker::double_x, batch);  // DP_COMPUTE_PROTO
-      CHECK(torch::equal(out.batch.at("x"), batch.batch.at("x") * 2));
-      CHECK(torch::equal(out.batch.at("rank"), torch::tensor({0, 0, 1, 1, 2, 2, 3, 3}, torch::kInt64)));
-      // Over TLS the secret is still checked.
-      auto wrong = tls_cluster({a.address()}, controller);
-      wrong.secret = "not the secret";
-      CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, wrong), Contains("authentication failed"));
-    }
-    // CAF takes the files from the Runtime: cluster options naming others are refused, not
-    // silently ignored. (A certificate from another CA is refused by the node: see above.)
-    auto other = tls_cluster({a.address()}, certs.files("rogue"));
-    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, other), Contains("differ from the Runtime's"));
+  {
+    auto cluster = RemoteLauncher::connect(*rt, options);
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()});
+    DataProto batch = test::make_batch(8);
+    DataProto out = wg.call(&test::EchoWorker::double_x, batch);  // DP_COMPUTE_PROTO
+    CHECK(torch::equal(out.batch.at("x"), batch.batch.at("x") * 2));
+    CHECK(torch::equal(out.batch.at("rank"), torch::tensor({0, 0, 1, 1, 2, 2, 3, 3}, torch::kInt64)));
+    // Over TLS the secret is still checked.
+    auto wrong = tls_cluster({a.address()}, controller);
+    wrong.secret = "not the secret";
+    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, wrong), Contains("authentication failed"));
   }
+  // CAF takes the files from the Runtime: cluster options naming others are refused, not
+  // silently ignored. (A certificate from another CA is refused by the node: see above.)
+  auto other = tls_cluster({a.address()}, certs.files("rogue"));
+  CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, other), Contains("differ from the Runtime's"));
   rt.reset();
 }
