@@ -35,20 +35,6 @@ std::string write_secret(const std::string& name, const std::string& secret) {
   return path;
 }
 
-int closed_port() {
-  // Bind a port and close it again: nothing listens there afterwards.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 }  // namespace
 
 TEST_CASE("2 caf-nodes host a group of 4 workers; ranks follow node address order then local rank") {
@@ -105,7 +91,7 @@ TEST_CASE("2 caf-nodes host a group of 4 workers; ranks follow node address orde
 
 TEST_CASE("a node that is not listening gives a connect error naming it, in well under the timeout") {
   auto rt = network_runtime();
-  const std::string addr = "127.0.0.1:" + std::to_string(closed_port());
+  const std::string addr = "127.0.0.1:" + std::to_string(test::closed_port());
   const auto t0 = std::chrono::steady_clock::now();
   try {
     RemoteLauncher::connect(*rt, {.nodes = {addr}});

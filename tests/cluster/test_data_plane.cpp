@@ -73,19 +73,6 @@ class FakeHolder {
   std::thread thread_;
 };
 
-int closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 ObjectRef ref_to(int port, uint64_t size) {
   return ObjectRef{"127.0.0.1", port, "00112233445566778899aabbccddeeff", size};
 }
@@ -185,7 +172,7 @@ TEST_CASE("fetch of an id the holder never stored is a DataPlaneError naming hol
 }
 
 TEST_CASE("fetch from a port where nothing listens is a DataPlaneError saying the connection was refused") {
-  const int port = closed_port();
+  const int port = test::closed_port();
   CHECK_THROWS_WITH(DataPlane::fetch(ref_to(port, 10), 2s),
                     Catch::Contains("127.0.0.1:" + std::to_string(port)) && Catch::Contains("cannot connect") &&
                         Catch::Contains("refused"));
@@ -197,7 +184,7 @@ TEST_CASE("a handle announcing an impossible size fails with a DataPlaneError, n
 }
 
 TEST_CASE("a handle whose id is not 32 hex digits is refused before connecting") {
-  ObjectRef ref = ref_to(closed_port(), 10);
+  ObjectRef ref = ref_to(test::closed_port(), 10);
   ref.id = "not-an-id";
   CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s), Catch::Contains("not 32 hex digits"));
 }
@@ -247,7 +234,7 @@ TEST_CASE("release frees an object; discard frees it at its holder; both report 
   CHECK_FALSE(DataPlane::discard(b, 2s));
   CHECK(plane.held() == 0);
   CHECK(plane.stats().released == 2);
-  CHECK_FALSE(DataPlane::discard(ref_to(closed_port(), 1), 2s));  // unreachable: false, no throw
+  CHECK_FALSE(DataPlane::discard(ref_to(test::closed_port(), 1), 2s));  // unreachable: false, no throw
 }
 
 TEST_CASE("objects put with expiry are dropped after object_ttl, the others stay") {
@@ -302,7 +289,7 @@ TEST_CASE("a disabled plane leaves every DataProto inline") {
 TEST_CASE("import_refs that fails on one handle discards the handles it did not reach") {
   DataPlane plane;
   auto good = plane.put(pattern(10));
-  std::vector<Value> values{Value(ref_to(closed_port(), 10).to_json()), Value(good.to_json())};
+  std::vector<Value> values{Value(ref_to(test::closed_port(), 10).to_json()), Value(good.to_json())};
   CHECK_THROWS_AS(import_refs(values, 1s), DataPlaneError);
   CHECK(plane.held() == 0);
   CHECK(plane.stats().released == 1);
