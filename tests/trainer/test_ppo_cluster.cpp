@@ -5,6 +5,7 @@
 #include "ppo_test_fixture.hpp"
 
 #include <hyflow/actors/cluster.hpp>
+#include <hyflow/actors/data_plane.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <catch2/catch.hpp>
@@ -67,6 +68,17 @@ TEST_CASE("cluster.nodes naming a closed port fails with the node's address") {
   c.set("trainer.n_gpus_per_node", "1");
   c.set("trainer.nnodes", "1");
   CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("cluster.data_plane_bind/host configure this process's data server before connecting") {
+  TempDir out("plane");
+  Config c = small_config("grpo", out.path);
+  c.set("cluster.nodes", "127.0.0.1:1");
+  c.set("cluster.data_plane_bind", "127.0.0.1");
+  c.set("cluster.data_plane_host", "127.0.0.1");
+  CHECK_THROWS(PPOTrainer(c));  // nothing listens on port 1
+  CHECK(DataPlane::process_options().bind == "127.0.0.1");
+  CHECK(DataPlane::process_options().advertise == "127.0.0.1");
 }
 
 TEST_CASE("cluster.secret_file must exist") {

@@ -163,6 +163,11 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("cluster.tls_cert", T::string, kNull, "mutual TLS: this controller's certificate (PEM)", true),
       key("cluster.tls_key", T::string, kNull, "mutual TLS: its private key (PEM)", true),
       key("cluster.tls_ca", T::string, kNull, "mutual TLS: the CA that signed the nodes' certificates (PEM)", true),
+      key("cluster.data_plane_bind", T::string, kNull,
+          "listen address of this controller's data server for large DataProtos (null: HYFLOW_DATA_PLANE_BIND or 127.0.0.1)",
+          true),
+      key("cluster.data_plane_host", T::string, kNull,
+          "address nodes use to reach that server (null: HYFLOW_DATA_PLANE_HOST, else the bind address or host name)", true),
   };
   for (auto& o : tail) k.push_back(std::move(o));
   return k;

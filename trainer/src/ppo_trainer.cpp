@@ -1,6 +1,7 @@
 // PPOTrainer: verl's fit() step order over colocated worker groups (see docs/trainer.md).
 #include <hyflow/actors/all.hpp>
 #include <hyflow/actors/cluster.hpp>
+#include <hyflow/actors/data_plane.hpp>
 #include <hyflow/dataproto/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
@@ -253,6 +254,13 @@ void PPOTrainer::Impl::setup() {
     options.tls_cert = ro.tls_cert;
     options.tls_key = ro.tls_key;
     options.tls_ca = ro.tls_ca;
+    if (!c.is_null("cluster.data_plane_bind") || !c.is_null("cluster.data_plane_host")) {
+      // the nodes pull large arguments from this process: its data server must be reachable
+      auto plane = DataPlane::process_options();
+      if (!c.is_null("cluster.data_plane_bind")) plane.bind = c.get_string("cluster.data_plane_bind");
+      if (!c.is_null("cluster.data_plane_host")) plane.advertise = c.get_string("cluster.data_plane_host");
+      DataPlane::configure(plane);
+    }
     runtime = std::make_unique<Runtime>(ro);
     cluster = RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(cluster);
