@@ -17,7 +17,7 @@ while IFS= read -r b; do
 done < <(find "$build/bench" -type f -executable -not -path '*/CMakeFiles/*' | sort)
 [ "$found" = 1 ] || { echo "bench/run.sh: no benchmark executables under $build/bench" >&2; exit 1; }
 {
-  echo "{\"bench\": \"_meta\", \"host\": \"$(hostname)\", \"cores\": $(nproc), \"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}"
+  echo "{\"bench\": \"_meta\", \"host\": \"$(hostname)\", \"cores\": $(nproc --all), \"date\": \"$(date -u +%FT%TZ)\", \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\"}"
   cat "$tmp"
 } > "$out"
 echo "bench/run.sh: wrote $(wc -l < "$out") lines to $out" >&2
