@@ -3,6 +3,8 @@
 //    waking 8 threads and collecting their answers (std::condition_variable round trip);
 //  - DP_COMPUTE_PROTO dispatch + collect of a 256x4096 float32 DataProto across 8 workers,
 //    against one memcpy of the same bytes.
+#include "bench_json.hpp"
+
 #include <hyflow/actors/all.hpp>
 
 #include <torch/torch.h>
@@ -83,13 +85,7 @@ double median_us(int reps, F&& f) {
   return t[t.size() / 2];
 }
 
-void emit(const std::string& bench, const std::string& c, double value, const std::string& unit, const std::string& peer,
-          double peer_value, double ratio) {
-  std::cout << Json{{"bench", bench}, {"case", c},       {"value", value}, {"unit", unit},
-                    {"peer", peer},   {"peer_value", peer_value}, {"ratio", ratio}}
-                   .dump()
-            << std::endl;
-}
+using hyflow_bench::emit;
 
 }  // namespace
 

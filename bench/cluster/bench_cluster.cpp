@@ -11,6 +11,8 @@
 //           (HYFLOW_DATA_PLANE=off in both processes);
 //   plane:  large DataProtos go over the data plane (the default);
 //   both:   one after the other (default).
+#include "bench_json.hpp"
+
 #include "bench_workers.hpp"
 #include "node_process.hpp"
 
@@ -170,13 +172,7 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
 }
 
-void emit(const std::string& bench, const std::string& c, double value, const std::string& unit, const std::string& peer,
-          double peer_value, double ratio) {
-  std::cout << Json{{"bench", bench}, {"case", c},       {"value", value}, {"unit", unit},
-                    {"peer", peer},   {"peer_value", peer_value}, {"ratio", ratio}}
-                   .dump()
-            << std::endl;
-}
+using hyflow_bench::emit;
 
 /// A plain TCP connection to the raw peer for one kind of exchange.
 class RawLink {

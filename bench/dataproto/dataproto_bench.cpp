@@ -1,6 +1,8 @@
 // DataProto figures (issue "Foundation"): wire-format throughput and chunk+concat cost for a
 // 256x4096 int64 + float32 batch, each against memcpy of the same bytes in the same run.
 // Prints one JSON object per line (design brief §5). Usage: dataproto_bench [repetitions]
+#include "bench_json.hpp"
+
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
@@ -31,12 +33,7 @@ double median_seconds(int reps, F&& f) {
   return t[static_cast<size_t>(reps / 2)];
 }
 
-void emit(const std::string& name, const std::string& c, double value, const std::string& unit,
-          const std::string& peer, double peer_value, double ratio) {
-  nlohmann::json j{{"bench", name}, {"case", c},       {"value", value}, {"unit", unit},
-                   {"peer", peer},  {"peer_value", peer_value}, {"ratio", ratio}};
-  std::cout << j.dump() << std::endl;
-}
+using hyflow_bench::emit;
 
 }  // namespace
 

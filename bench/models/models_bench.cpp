@@ -4,6 +4,8 @@
 //
 // Usage: models_bench [--threads N] [--python /usr/bin/python3] [--case tiny|50m] [--quick]
 
+#include "bench_json.hpp"
+
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/llama.hpp>
 
@@ -59,10 +61,8 @@ std::map<std::string, double> run_peer(const std::string& python, const Case& c,
 }
 
 void emit(const std::string& bench, const std::string& case_name, double value, double peer_value) {
-  nlohmann::json j = {{"bench", bench}, {"case", case_name}, {"value", value}, {"unit", "tokens/s"},
-                      {"peer", "pytorch-1.13 eager (peer_torch.py)"}, {"peer_value", peer_value},
-                      {"ratio", value / peer_value}};
-  std::cout << j.dump() << std::endl;
+  hyflow_bench::emit(bench, case_name, value, "tokens/s", "pytorch-1.13 eager (peer_torch.py)", peer_value,
+                     value / peer_value);
 }
 
 struct Timing {

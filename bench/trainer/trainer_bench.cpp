@@ -3,6 +3,8 @@
 // the same model and prompts (grpo_step_peer.py), measured in the same run.
 // Usage: trainer_bench [MODEL_DIR [STEPS]]   (MODEL_DIR: the SFT-warmed model of the main job;
 // without it the bench first runs the main job's SFT warm-up, config/sft_arithmetic.ini)
+#include "bench_json.hpp"
+
 #include <hyflow/models/tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
@@ -20,10 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 void emit(const std::string& c, double value, const std::string& unit, double peer, bool higher_is_better) {
-  nlohmann::json j = {{"bench", "grpo_step"}, {"case", c}, {"value", value}, {"unit", unit},
-                      {"peer", "pytorch-1.13 (python)"}, {"peer_value", peer},
-                      {"ratio", higher_is_better ? value / peer : peer / value}};
-  std::cout << j.dump() << std::endl;
+  hyflow_bench::emit("grpo_step", c, value, unit, "pytorch-1.13 (python)", peer,
+                     higher_is_better ? value / peer : peer / value);
 }
 }  // namespace
 
