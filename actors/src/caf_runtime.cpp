@@ -422,9 +422,8 @@ struct RuntimeConfig : caf::actor_system_config {
         set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
       if (o.connection_timeout_ms > 0)
         set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
-      if (!o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty()) {
-        // CAF aborts or hangs on a bad file: check them first (ValueError naming the file)
-        check_tls_files(o.tls_cert, o.tls_key, o.tls_ca, {"tls_cert", "tls_key", "tls_ca"});
+      // CAF aborts or hangs on a bad file: check them first (ValueError naming the file)
+      if (check_tls_files(o.tls_cert, o.tls_key, o.tls_ca, {"tls_cert", "tls_key", "tls_ca"})) {
         load<caf::openssl::manager>();  // after the middleman, which it needs
         openssl_certificate = o.tls_cert;
         openssl_key = o.tls_key;

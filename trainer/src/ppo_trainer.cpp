@@ -90,8 +90,7 @@ struct PPOTrainer::Impl {
   std::unique_ptr<RLDataset> train_data, val_data;
   std::unique_ptr<RewardManager> reward_fn, val_reward_fn;
 
-  std::unique_ptr<Runtime> runtime;  // before the groups: destroyed after them
-  std::shared_ptr<RemoteLauncher> cluster;
+  std::unique_ptr<Runtime> runtime;  // before the groups: destroyed after them (it owns the launcher)
   std::optional<WorkerGroup> bundle;
   std::optional<WorkerGroup> actor, critic, rm;
   std::vector<nlohmann::json> history;
@@ -262,7 +261,7 @@ void PPOTrainer::Impl::setup() {
       DataPlane::configure(plane);
     }
     runtime = std::make_unique<Runtime>(ro);
-    cluster = RemoteLauncher::connect(*runtime, std::move(options));
+    auto cluster = RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(cluster);
     bundle.emplace(*runtime, cluster->pool(per_node), colocated_spec(roles));
   }
