@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -559,11 +558,9 @@ std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
 
 NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   register_colocated_worker_type();  // WorkerDict bundles of the registered roles
-  if (!std::getenv("HYFLOW_DATA_PLANE_BIND")) {  // the data plane listens where the node does
-    auto plane = DataPlane::process_options();
-    plane.bind = options.bind;
-    DataPlane::configure(plane);
-  }
+  DataPlaneOptions plane;  // the data plane listens where the node does, unless told otherwise
+  plane.bind = options.bind;
+  DataPlane::configure(DataPlaneOptions::from_environment(plane));
   impl_->info = local_node_info();
   impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
   const auto port_arg = static_cast<uint16_t>(options.port);

@@ -274,8 +274,9 @@ ObjectRef ObjectRef::from_json(const Json& j) {
 
 // ---- options ----------------------------------------------------------------------------------
 
-DataPlaneOptions DataPlaneOptions::from_environment() {
-  DataPlaneOptions o;
+DataPlaneOptions DataPlaneOptions::from_environment() { return from_environment(DataPlaneOptions{}); }
+
+DataPlaneOptions DataPlaneOptions::from_environment(DataPlaneOptions o) {
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
     return v ? v : "";

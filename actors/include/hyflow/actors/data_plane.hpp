@@ -59,9 +59,11 @@ struct DataPlaneOptions {
   /// keeps every DataProto inside its encrypted CAF messages.
   bool with_tls = false;
 
-  /// Defaults overridden by the environment: HYFLOW_DATA_PLANE=off, HYFLOW_DATA_PLANE_BIND,
+  /// `defaults` overridden by the environment: HYFLOW_DATA_PLANE=off, HYFLOW_DATA_PLANE_BIND,
   /// HYFLOW_DATA_PLANE_HOST (advertise), HYFLOW_DATA_PLANE_THRESHOLD (bytes),
   /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS, HYFLOW_DATA_PLANE_WITH_TLS=1. A malformed value is a ValueError naming the variable.
+  static DataPlaneOptions from_environment(DataPlaneOptions defaults);
+  /// The same over the built-in defaults.
   static DataPlaneOptions from_environment();
 };
 
