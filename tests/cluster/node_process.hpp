@@ -1,6 +1,9 @@
 #pragma once
 // A caf-node child process for tests: started with posix_spawn on port 0, its port read from
-// the first stdout line, stopped (SIGTERM, then SIGKILL) in the destructor.
+// the first stdout line, stopped (SIGTERM, then SIGKILL) in the destructor. Plus the other
+// pieces the cluster tests share: a closed port and a networked Runtime.
+
+#include <hyflow/actors/runtime.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,6 +17,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,6 +26,13 @@
 extern char** environ;
 
 namespace test {
+
+/// A Runtime with CAF's middleman, as a controller of caf-nodes needs.
+inline std::unique_ptr<hyflow::Runtime> network_runtime() {
+  hyflow::RuntimeOptions o;
+  o.network = true;
+  return std::make_unique<hyflow::Runtime>(o);
+}
 
 /// A loopback port nothing listens on: bound once, then closed again.
 inline int closed_port() {

@@ -23,12 +23,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::unique_ptr<Runtime> network_runtime() {
-  RuntimeOptions o;
-  o.network = true;
-  return std::make_unique<Runtime>(o);
-}
-
 std::string write_secret(const std::string& name, const std::string& secret) {
   std::string path = "/tmp/hyflow-cluster-test-" + std::to_string(getpid()) + "-" + name;
   std::ofstream(path) << secret << "\n";
@@ -42,7 +36,7 @@ TEST_CASE("2 caf-nodes host a group of 4 workers; ranks follow node address orde
   test::NodeProcess a, b;
   const auto& low = a.port() < b.port() ? a : b;
   const auto& high = a.port() < b.port() ? b : a;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     // Listed high first: placement must not depend on the listing order.
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {high.address(), low.address()}});
@@ -90,7 +84,7 @@ TEST_CASE("2 caf-nodes host a group of 4 workers; ranks follow node address orde
 }
 
 TEST_CASE("a node that is not listening gives a connect error naming it, in well under the timeout") {
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   const std::string addr = "127.0.0.1:" + std::to_string(test::closed_port());
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -114,7 +108,7 @@ TEST_CASE("a node with a secret serves the right secret and refuses a wrong or m
   test::register_test_workers();
   const std::string file = write_secret("node", "correct horse battery staple");
   test::NodeProcess node({"--secret-file=" + file});
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     try {
       RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .secret = "wrong"});
@@ -145,7 +139,7 @@ TEST_CASE("a node with a secret serves the right secret and refuses a wrong or m
 
 TEST_CASE("a pool that needs more nodes than the cluster has is a shortfall naming both counts") {
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     try {
@@ -164,7 +158,7 @@ TEST_CASE("kill -9 of a node mid-call fails the call within 5 s naming the node 
   test::NodeProcess a, b;
   const auto& low = a.port() < b.port() ? a : b;
   auto& high = a.port() < b.port() ? b : a;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {low.address(), high.address()}});
     rt->set_launcher(cluster);
@@ -226,7 +220,7 @@ TEST_CASE("with heartbeats, a SIGSTOPped node fails the pending call within 5 s 
 TEST_CASE("a gloo all-reduce runs across 2 node processes (MASTER_ADDR/PORT from the rank-0 node)") {
   test::register_test_workers();
   test::NodeProcess a, b;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
     rt->set_launcher(cluster);
@@ -240,7 +234,7 @@ TEST_CASE("a gloo all-reduce runs across 2 node processes (MASTER_ADDR/PORT from
 TEST_CASE("colocated roles spawn across nodes and keep per-role state on each remote worker") {
   test::register_test_workers();
   test::NodeProcess a, b;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
     rt->set_launcher(cluster);
@@ -264,7 +258,7 @@ TEST_CASE("colocated roles spawn across nodes and keep per-role state on each re
 TEST_CASE("a remote worker that exits fails the call naming its rank; the node stays up") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -287,7 +281,7 @@ TEST_CASE("a remote worker that exits fails the call naming its rank; the node s
 TEST_CASE("SIGTERM stops a caf-node with exit status 0 and the controller sees its workers die") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -306,7 +300,7 @@ TEST_CASE("SIGTERM stops a caf-node with exit status 0 and the controller sees i
 TEST_CASE("every dispatch mode works across 2 node processes") {
   test::register_test_workers();
   test::NodeProcess a, b;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {a.address(), b.address()}});
     rt->set_launcher(cluster);
@@ -335,7 +329,7 @@ TEST_CASE("every dispatch mode works across 2 node processes") {
 
 TEST_CASE("a controller speaking another protocol version gets a clear error, not a hang") {
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto& sys = caf_protocol::system_of(*rt);
     auto manager = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(node.port()));

@@ -99,12 +99,6 @@ void check_same(const DataProto& a, const DataProto& b) {
   CHECK(a.meta_info == b.meta_info);
 }
 
-std::unique_ptr<Runtime> network_runtime() {
-  RuntimeOptions o;
-  o.network = true;
-  return std::make_unique<Runtime>(o);
-}
-
 /// Sets an environment variable for the caf-node children started in its scope.
 class ScopedEnv {
  public:
@@ -343,7 +337,7 @@ TEST_CASE("over TLS connections the data plane stays off unless with_tls says ot
 TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data plane, bit for bit") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -364,7 +358,7 @@ TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data p
 TEST_CASE("DP_COMPUTE_PROTO over 2 remote ranks: every chunk goes by data plane, the concat is bit for bit") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -385,7 +379,7 @@ TEST_CASE("DP_COMPUTE_PROTO over 2 remote ranks: every chunk goes by data plane,
 TEST_CASE("small DataProtos stay inline in the CAF messages") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -404,7 +398,7 @@ TEST_CASE("small DataProtos stay inline in the CAF messages") {
 TEST_CASE("an argument object is freed when its call times out before the worker fetched it") {
   test::register_test_workers();
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
@@ -432,7 +426,7 @@ TEST_CASE("a result the controller cannot fetch fails the call with an error nam
   // The node advertises an address where its data server does not listen.
   ScopedEnv env("HYFLOW_DATA_PLANE_HOST", "127.0.0.2");
   test::NodeProcess node;
-  auto rt = network_runtime();
+  auto rt = test::network_runtime();
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}});
     rt->set_launcher(cluster);
