@@ -631,7 +631,7 @@ ProcessPlane& process_plane() {
   static auto* p = new ProcessPlane;
   return *p;
 }
-DataPlaneOptions resolved_locked(ProcessPlane& p) {
+const DataPlaneOptions& resolved_locked(ProcessPlane& p) {
   if (!p.options) p.options = DataPlaneOptions::from_environment();
   return *p.options;
 }
@@ -692,7 +692,7 @@ ExportPolicy process_policy(bool expires) {
   {
     std::lock_guard lock(p.mutex);
     if (!p.plane) {
-      auto o = resolved_locked(p);
+      const auto& o = resolved_locked(p);
       p.enabled = o.enabled;
       p.threshold = o.threshold_bytes;
     }
@@ -760,8 +760,10 @@ void import_one(Value& v, std::chrono::milliseconds timeout, std::exception_ptr&
 }
 }  // namespace
 
-bool data_plane_in_use(bool caf_uses_tls) {
-  auto o = DataPlane::process_options();
+bool data_plane_in_use(bool caf_uses_tls) {  // on every remote call: no copy of the options
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  const auto& o = resolved_locked(p);
   return o.enabled && (!caf_uses_tls || o.with_tls);
 }
 
