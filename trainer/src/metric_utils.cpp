@@ -132,7 +132,7 @@ ValidationMetrics process_validation_metrics(const std::vector<std::string>& dat
   for (const auto& [source, uids] : groups) {
     for (const auto& [uid, rows] : uids) {
       for (const auto& [var, column] : infos_dict) {
-        if (column.empty() || column[rows.front()].is_string()) continue;
+        if (column[rows.front()].is_string()) continue;  // sizes were checked above
         std::vector<double> vals;
         vals.reserve(rows.size());
         for (size_t r : rows) {
