@@ -1,6 +1,6 @@
 #include <hyflow/cuda/log_probs.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #include <hyflow/cuda/sampling.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <limits>
 #include <string>

@@ -1,4 +1,4 @@
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/dataproto/tensor_dict.hpp>
 
 #include <sstream>

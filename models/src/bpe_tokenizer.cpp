@@ -1,6 +1,6 @@
 #include <hyflow/models/bpe_tokenizer.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include "unicode_classes.hpp"
 

@@ -1,6 +1,6 @@
 #include <hyflow/models/chat_template.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 namespace hyflow::models {
 

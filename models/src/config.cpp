@@ -1,6 +1,6 @@
 #include <hyflow/models/config.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <fstream>
 

@@ -1,7 +1,7 @@
 #include <hyflow/models/generation.hpp>
 
 #include <hyflow/cuda/log_probs.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <torch/torch.h>
 

@@ -1,6 +1,6 @@
 #include <hyflow/models/kv_cache.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/config.hpp>
 
 namespace hyflow::models {

@@ -1,7 +1,7 @@
 // The Llama / Qwen2 decoder, top to bottom: norm, rotary, attention, MLP, layer, stack, heads.
 #include <hyflow/models/llama.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 #include <hyflow/models/response_scores.hpp>
 
 #include <hyflow/cuda/log_probs.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <torch/torch.h>
 

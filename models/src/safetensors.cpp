@@ -1,6 +1,6 @@
 #include <hyflow/models/safetensors.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <torch/torch.h>
 

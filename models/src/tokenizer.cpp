@@ -1,6 +1,6 @@
 #include <hyflow/models/tokenizer.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
 #include <hyflow/parallel/process_group.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO

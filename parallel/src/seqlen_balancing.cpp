@@ -1,6 +1,6 @@
 #include <hyflow/parallel/seqlen_balancing.hpp>
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <algorithm>
 #include <numeric>

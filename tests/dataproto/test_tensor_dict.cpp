@@ -1,5 +1,5 @@
 #include <hyflow/dataproto/tensor_dict.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>

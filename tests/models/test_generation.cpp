@@ -1,6 +1,6 @@
 #include "test_util.hpp"
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/response_scores.hpp>
 

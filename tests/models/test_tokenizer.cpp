@@ -1,4 +1,4 @@
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/bpe_tokenizer.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/chat_template.hpp>

@@ -1,4 +1,4 @@
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/parallel/process_group.hpp>
 
 #include <catch2/catch.hpp>

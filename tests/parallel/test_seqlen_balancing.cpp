@@ -1,6 +1,6 @@
 // Sequence balancing: values derived by hand from the Karmarkar–Karp rules (verl's
 // seqlen_balancing semantics: states ordered by spread, then by their largest bin).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Advantage estimators on small batches whose values are derived by hand in the comments.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include "test_helpers.hpp"

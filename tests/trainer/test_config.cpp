@@ -1,5 +1,5 @@
 // Trainer config: verl defaults, INI sections, --key=value overrides, errors naming the key.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/config.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Datasets (JSONL, built-in arithmetic task, padding/truncation) and reward managers.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/reward_manager.hpp>

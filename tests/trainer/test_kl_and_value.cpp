@@ -1,6 +1,6 @@
 // KL estimators, controllers, in-reward KL penalty, value and entropy losses.
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include "test_helpers.hpp"

@@ -1,7 +1,7 @@
 // Validation metrics (verl's process_validation_metrics). Means and stds are derived by hand;
 // the bootstrap figures were computed with numpy: np.random.seed(42) then
 // np.random.choice(n, size=(1000, k), replace=True), as verl's bootstrap_metric does.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/metric_utils.hpp>
 
 #include <catch2/catch.hpp>

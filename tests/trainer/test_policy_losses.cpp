@@ -1,5 +1,5 @@
 // Policy losses and loss aggregation with hand-derived values.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include "test_helpers.hpp"

@@ -2,7 +2,7 @@
 // colocated workers, and checkpoint -> resume giving the metrics of an uninterrupted run.
 #include "ppo_test_fixture.hpp"
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <catch2/catch.hpp>

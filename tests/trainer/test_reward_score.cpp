@@ -1,5 +1,5 @@
 // Rule reward scorers, default_compute_score routing and the reward-function registry.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include <catch2/catch.hpp>

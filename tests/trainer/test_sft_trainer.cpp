@@ -1,6 +1,6 @@
 // SFT trainer: the built-in tiny model learns the synthetic task's format (loss falls) and is
 // saved in a form the RL trainer loads (weights + char tokenizer config).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>

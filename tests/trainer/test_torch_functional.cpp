@@ -1,5 +1,5 @@
 // masked statistics, entropy/log-prob helpers, response mask and LR schedules.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include "test_helpers.hpp"

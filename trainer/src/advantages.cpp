@@ -1,6 +1,6 @@
 // Advantage estimators (verl core_algos.py). Group statistics are computed with the same
 // 0-dim tensor ops as verl so dtype promotion (float32 singleton μ/σ, float32 GPG α) matches.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // Optimal token baseline (verl core_algos.py, OTB and its multi-turn "TIR" variant).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // Loss aggregation (verl agg_loss) and the value / entropy losses built on it.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // Key tables, INI/CLI parsing (Boost.ProgramOptions) and typed values of the trainer config.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/config.hpp>
 
 #include <boost/program_options.hpp>

@@ -1,5 +1,5 @@
 // JSONL reading, the built-in arithmetic task and tokenization of RL/SFT rows.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/bpe_tokenizer.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>

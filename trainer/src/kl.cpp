@@ -1,7 +1,7 @@
 // KL estimators, KL controllers and the in-reward KL penalty (verl core_algos.py and
 // ray_trainer.apply_kl_penalty).
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // LR multiplier schedules (verl torch_functional.py) and a LambdaLR for LibTorch optimizers.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/lr_schedule.hpp>
 
 #include <torch/torch.h>

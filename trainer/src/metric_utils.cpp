@@ -1,4 +1,4 @@
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/metric_utils.hpp>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // PF-PPO resampling (verl core_algos.compute_pf_ppo_reweight_data).
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

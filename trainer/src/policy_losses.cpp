@@ -1,6 +1,6 @@
 // Policy losses of verl core_algos.py, signature (old_log_prob, log_prob, advantages,
 // response_mask, loss_agg_mode, config, rollout_is_weights) -> {pg_loss, pg_metrics}.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <torch/torch.h>

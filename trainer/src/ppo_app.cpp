@@ -1,5 +1,5 @@
 // main() of the PPO-family apps: config from defaults, INI and command line, then fit().
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <iostream>

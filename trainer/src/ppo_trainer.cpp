@@ -2,7 +2,7 @@
 #include <hyflow/actors/all.hpp>
 #include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/data_plane.hpp>
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/metric_utils.hpp>

@@ -1,6 +1,6 @@
 // Name -> function registries for advantage estimators and policy losses (verl's
 // register_adv_est / register_policy_loss), pre-filled with the built-ins.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/core_algos.hpp>
 
 #include <map>

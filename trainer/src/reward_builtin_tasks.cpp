@@ -1,6 +1,6 @@
 // Scorers for hyflow's built-in synthetic tasks: arithmetic ("a+b=" -> number) and
 // countdown (reach a target with + - * / over given numbers).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include "string_utils.hpp"

@@ -1,5 +1,5 @@
 // GSM8K scorer (verl reward_score/gsm8k.py).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include "string_utils.hpp"

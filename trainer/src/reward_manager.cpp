@@ -1,5 +1,5 @@
 // naive / dapo / batch reward managers and the batch reward-function registry.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
 #include <iostream>

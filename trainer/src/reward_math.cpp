@@ -1,6 +1,6 @@
 // Hendrycks-MATH scorer (verl reward_score/math_reward.py): last boxed answer, normalised by
 // strip_string, compared for equality.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include "string_utils.hpp"

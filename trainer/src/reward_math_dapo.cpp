@@ -1,6 +1,6 @@
 // DAPO math scorer (verl reward_score/math_dapo.py): Minerva "Answer:" extraction and
 // normalisation, or a strict boxed comparison.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include "string_utils.hpp"

@@ -1,6 +1,6 @@
 // custom_reward_function.path: reward functions from a shared library (hyflow's form of verl's
 // Python file with a compute_score function).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
 #include <dlfcn.h>

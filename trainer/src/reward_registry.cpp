@@ -1,6 +1,6 @@
 // default_compute_score routing (verl reward_score/__init__.py) and the registry of named
 // reward functions.
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/reward_score.hpp>
 
 #include <array>

@@ -1,5 +1,5 @@
 // SFT trainer and hyflow-sft's main (see sft_trainer.hpp).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/generation.hpp>

@@ -1,5 +1,5 @@
 // verl's torch_functional helpers, op for op (see torch_functional.hpp).
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/torch_functional.hpp>
 
 #include <torch/torch.h>

@@ -3,7 +3,7 @@
 // verl has that hyflow ignores, and an error for every other key. Every message names the
 // full key path.
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <nlohmann/json.hpp>
 

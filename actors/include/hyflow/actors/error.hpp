@@ -1,7 +1,7 @@
 #pragma once
 // Errors of the worker runtime. Every message names the method, the rank and what happened.
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 // verl/protocol.py). Tensors share dim 0; per-sample values live in JSON columns; meta_info
 // is a JSON object. Copies share tensor storage: in-process transfers never copy data.
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 #include <hyflow/dataproto/ordered_dict.hpp>
 #include <hyflow/dataproto/tensor_dict.hpp>
 

@@ -2,7 +2,7 @@
 // OrderedDict<V>: string -> V in insertion order, like a Python dict. Backed by a vector:
 // batches carry a handful of keys, so linear lookup beats hashing.
 
-#include <hyflow/dataproto/error.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <algorithm>
 #include <string>
