@@ -1,8 +1,8 @@
 #include <hyflow/actors/dispatch.hpp>
+#include <hyflow/core/named_registry.hpp>
 
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <numeric>
 
 namespace hyflow {
@@ -157,53 +157,49 @@ Value collect_concat(DispatchContext&, std::vector<Value> outputs) {
 
 namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const DispatchFns>> dispatch;
-  std::map<std::string, std::shared_ptr<const ExecuteMode>> execute;
-};
-
 Dispatched direct_rollout_dispatch(DispatchContext&, std::vector<Value>) {
   throw NotSupportedError(
       "DIRECT_ROLLOUT_METHOD methods cannot be called through a WorkerGroup; the rollout calls them on the worker");
 }
 
-Registry& registry() {
-  static Registry r;
-  static bool filled = [] {
-    using namespace dispatch_fns;
-    Registry& reg = r;
-    auto add = [&](const char* name, DispatchFn d, CollectFn c, bool proto) {
-      reg.dispatch[name] = std::make_shared<DispatchFns>(DispatchFns{std::move(d), std::move(c), proto});
-    };
-    add(Dispatch::RANK_ZERO, one_to_all, collect_rank_zero, false);
-    add(Dispatch::ONE_TO_ALL, one_to_all, collect_list, false);
-    add(Dispatch::ALL_TO_ALL, all_to_all, collect_list, false);
-    add(Dispatch::DP_COMPUTE, dp_compute, collect_dp_compute, false);
-    add(Dispatch::DP_COMPUTE_PROTO, dp_compute_proto, collect_concat, true);
-    add(Dispatch::DP_COMPUTE_PROTO_WITH_FUNC, dp_compute_proto_with_func, collect_concat, true);
-    add(Dispatch::DP_COMPUTE_METRIC, dp_compute_proto, collect_list, false);
-    add(Dispatch::DIRECT_ROLLOUT_METHOD, direct_rollout_dispatch, collect_list, false);
-    reg.execute[Execute::ALL] = std::make_shared<ExecuteMode>(ExecuteMode{
-        [](int ws) {
-          std::vector<int> r(static_cast<size_t>(ws));
-          std::iota(r.begin(), r.end(), 0);
-          return r;
-        },
-        false});
-    reg.execute[Execute::RANK_ZERO] =
-        std::make_shared<ExecuteMode>(ExecuteMode{[](int) { return std::vector<int>{0}; }, true});
-    return true;
-  }();
-  (void)filled;
-  return r;
+std::map<std::string, std::shared_ptr<const DispatchFns>> builtin_dispatch_modes() {
+  using namespace dispatch_fns;
+  std::map<std::string, std::shared_ptr<const DispatchFns>> modes;
+  auto add = [&](const char* name, DispatchFn d, CollectFn c, bool proto) {
+    modes[name] = std::make_shared<DispatchFns>(DispatchFns{std::move(d), std::move(c), proto});
+  };
+  add(Dispatch::RANK_ZERO, one_to_all, collect_rank_zero, false);
+  add(Dispatch::ONE_TO_ALL, one_to_all, collect_list, false);
+  add(Dispatch::ALL_TO_ALL, all_to_all, collect_list, false);
+  add(Dispatch::DP_COMPUTE, dp_compute, collect_dp_compute, false);
+  add(Dispatch::DP_COMPUTE_PROTO, dp_compute_proto, collect_concat, true);
+  add(Dispatch::DP_COMPUTE_PROTO_WITH_FUNC, dp_compute_proto_with_func, collect_concat, true);
+  add(Dispatch::DP_COMPUTE_METRIC, dp_compute_proto, collect_list, false);
+  add(Dispatch::DIRECT_ROLLOUT_METHOD, direct_rollout_dispatch, collect_list, false);
+  return modes;
 }
 
-template <class Map>
-std::string known_names(const Map& m) {
-  std::string out;
-  for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k;
-  return out;
+std::map<std::string, std::shared_ptr<const ExecuteMode>> builtin_execute_modes() {
+  std::map<std::string, std::shared_ptr<const ExecuteMode>> modes;
+  modes[Execute::ALL] = std::make_shared<ExecuteMode>(ExecuteMode{
+      [](int ws) {
+        std::vector<int> r(static_cast<size_t>(ws));
+        std::iota(r.begin(), r.end(), 0);
+        return r;
+      },
+      false});
+  modes[Execute::RANK_ZERO] = std::make_shared<ExecuteMode>(ExecuteMode{[](int) { return std::vector<int>{0}; }, true});
+  return modes;
+}
+
+NamedRegistry<std::shared_ptr<const DispatchFns>>& dispatch_registry() {
+  static NamedRegistry<std::shared_ptr<const DispatchFns>> registry("dispatch mode", builtin_dispatch_modes());
+  return registry;
+}
+
+NamedRegistry<std::shared_ptr<const ExecuteMode>>& execute_registry() {
+  static NamedRegistry<std::shared_ptr<const ExecuteMode>> registry("execute mode", builtin_execute_modes());
+  return registry;
 }
 
 std::atomic<bool>& auto_padding_flag() {
@@ -218,46 +214,22 @@ std::atomic<bool>& auto_padding_flag() {
 
 void register_dispatch_mode(const std::string& name, DispatchFn dispatch, CollectFn collect, bool collects_dataproto) {
   if (!dispatch || !collect) throw ValueError("register_dispatch_mode('" + name + "'): both functions are required");
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  if (reg.dispatch.count(name)) throw ValueError("dispatch mode '" + name + "' is already registered");
-  reg.dispatch[name] = std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto});
+  dispatch_registry().add(name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
 }
 
 void update_dispatch_mode(const std::string& name, DispatchFn dispatch, CollectFn collect, bool collects_dataproto) {
   if (!dispatch || !collect) throw ValueError("update_dispatch_mode('" + name + "'): both functions are required");
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  if (!reg.dispatch.count(name))
-    throw KeyError("dispatch mode '" + name + "' is not registered (known: " + known_names(reg.dispatch) + ")");
-  reg.dispatch[name] = std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto});
+  dispatch_registry().replace(name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
 }
 
-std::shared_ptr<const DispatchFns> dispatch_mode(const std::string& name) {
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.dispatch.find(name);
-  if (it == reg.dispatch.end())
-    throw KeyError("unknown dispatch mode '" + name + "' (known: " + known_names(reg.dispatch) + ")");
-  return it->second;
-}
+std::shared_ptr<const DispatchFns> dispatch_mode(const std::string& name) { return dispatch_registry().get(name); }
 
 void register_execute_mode(const std::string& name, ExecuteMode mode) {
   if (!mode.ranks) throw ValueError("register_execute_mode('" + name + "'): the ranks function is required");
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  if (reg.execute.count(name)) throw ValueError("execute mode '" + name + "' is already registered");
-  reg.execute[name] = std::make_shared<ExecuteMode>(std::move(mode));
+  execute_registry().add(name, std::make_shared<ExecuteMode>(std::move(mode)));
 }
 
-std::shared_ptr<const ExecuteMode> execute_mode(const std::string& name) {
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.execute.find(name);
-  if (it == reg.execute.end())
-    throw KeyError("unknown execute mode '" + name + "' (known: " + known_names(reg.execute) + ")");
-  return it->second;
-}
+std::shared_ptr<const ExecuteMode> execute_mode(const std::string& name) { return execute_registry().get(name); }
 
 std::shared_ptr<const DispatchFns> make_nd_compute_dataproto_dispatch_fn(const std::string& mesh) {
   auto dispatch = [mesh](DispatchContext& ctx, std::vector<Value> args) {

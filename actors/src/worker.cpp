@@ -1,9 +1,7 @@
 #include <hyflow/actors/worker.hpp>
 #include <hyflow/actors/worker_registry.hpp>
+#include <hyflow/core/named_registry.hpp>
 #include <hyflow/parallel/process_group.hpp>
-
-#include <map>
-#include <mutex>
 
 namespace hyflow {
 
@@ -83,33 +81,16 @@ ProcessGroup& Worker::process_group() {
 void Worker::exit_worker(const std::string& reason) { throw detail::WorkerExit{reason}; }
 
 namespace {
-struct FunctionRegistry {
-  std::mutex mutex;
-  std::map<std::string, WorkerFunction> functions;
-};
-FunctionRegistry& functions() {
-  static FunctionRegistry r;
-  return r;
+NamedRegistry<WorkerFunction>& worker_functions() {
+  static NamedRegistry<WorkerFunction> registry("worker function");
+  return registry;
 }
 }  // namespace
 
-void register_worker_function(const std::string& name, WorkerFunction fn) {
-  auto& reg = functions();
-  std::lock_guard lock(reg.mutex);
-  if (reg.functions.count(name)) throw ValueError("worker function '" + name + "' is already registered");
-  reg.functions[name] = std::move(fn);
-}
+void register_worker_function(const std::string& name, WorkerFunction fn) { worker_functions().add(name, std::move(fn)); }
 
 DataProto Worker::execute_with_func_generator(const std::string& function, DataProto data) {
-  WorkerFunction fn;
-  {
-    auto& reg = functions();
-    std::lock_guard lock(reg.mutex);
-    auto it = reg.functions.find(function);
-    if (it == reg.functions.end()) throw KeyError("worker function '" + function + "' is not registered");
-    fn = it->second;
-  }
-  return fn(*this, std::move(data));
+  return worker_functions().get(function)(*this, std::move(data));
 }
 
 }  // namespace hyflow

@@ -1,7 +1,6 @@
 #include <hyflow/actors/worker_registry.hpp>
 
-#include <map>
-#include <mutex>
+#include <hyflow/core/named_registry.hpp>
 
 namespace hyflow {
 
@@ -17,54 +16,30 @@ struct Entry {
   std::type_index type = typeid(void);
   std::shared_ptr<const MethodTableBase> table;
 };
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, Entry> types;
-};
-Registry& registry() {
-  static Registry r;
-  return r;
-}
-std::string known(const Registry& r) {
-  std::string out;
-  for (const auto& [k, v] : r.types) out += (out.empty() ? "" : ", ") + k;
-  return out.empty() ? "none" : out;
-}
-Entry lookup(const std::string& name) {
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.types.find(name);
-  if (it == reg.types.end()) throw KeyError("unknown worker type '" + name + "' (registered: " + known(reg) + ")");
-  return it->second;
+NamedRegistry<Entry>& worker_types() {
+  static NamedRegistry<Entry> registry("worker type");
+  return registry;
 }
 }  // namespace
 
 void register_worker_factory(const std::string& name, WorkerFactory factory, std::type_index type,
                              std::shared_ptr<const MethodTableBase> table) {
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.types.find(name);
-  if (it != reg.types.end()) {
-    if (it->second.type == type && type != std::type_index(typeid(void))) return;  // same class again
+  const Entry registered = worker_types().add_or_get(name, Entry{std::move(factory), type, std::move(table)});
+  // The same class registered again (from another translation unit) is fine; its entry stays.
+  if (registered.type != type || (type == std::type_index(typeid(void)) && registered.table != table))
     throw ValueError("worker type name '" + name + "' is already registered for another class");
-  }
-  reg.types[name] = Entry{std::move(factory), type, std::move(table)};
 }
 
 CreatedWorker create_worker(const WorkerSpec& spec) {
-  auto entry = lookup(spec.type);
+  auto entry = worker_types().get(spec.type);
   CreatedWorker out = entry.factory(spec.args);
   if (!out.worker || !out.table) throw ValueError("factory of worker type '" + spec.type + "' returned nothing");
   return out;
 }
 
-bool has_worker_type(const std::string& name) {
-  auto& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  return reg.types.count(name) > 0;
-}
+bool has_worker_type(const std::string& name) { return worker_types().contains(name); }
 
-std::type_index worker_type_index(const std::string& name) { return lookup(name).type; }
-std::shared_ptr<const MethodTableBase> worker_methods(const std::string& name) { return lookup(name).table; }
+std::type_index worker_type_index(const std::string& name) { return worker_types().get(name).type; }
+std::shared_ptr<const MethodTableBase> worker_methods(const std::string& name) { return worker_types().get(name).table; }
 
 }  // namespace hyflow
