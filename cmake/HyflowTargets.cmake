@@ -1,7 +1,7 @@
 # Helpers that give every module the same shape:
 #   hyflow_add_library(<module> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [PCH torch|caf|torch_caf])
 #     -> target hyflow_<module>, alias hyflow::<module>, headers in <module>/include,
-#        exported for find_package(hyflow).
+#        exported for find_package(hyflow COMPONENTS <module>) in its own export set.
 #   hyflow_add_test(<name> SOURCES ... DEPS ... [LABELS ...] [PCH ...] [TIMEOUT s])
 #     -> Catch2 executable registered with CTest (label "unit" unless told otherwise).
 #   hyflow_add_executable(<name> SOURCES ... DEPS ... [PCH ...] [INSTALL] [EXPORTS])
@@ -65,7 +65,7 @@ function(hyflow_add_library module)
   target_compile_features(${target} PUBLIC cxx_std_20)
   hyflow_set_warnings(${target})
   _hyflow_apply_pch(${target} "${ARG_PCH}")
-  install(TARGETS ${target} EXPORT hyflowTargets
+  install(TARGETS ${target} EXPORT hyflow_${module}Targets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
