@@ -57,12 +57,12 @@ int main(int argc, char** argv) {
   const double memcpy_mbs = mb / t_memcpy;
 
   std::vector<char> wire;
-  const double t_ser = median_seconds(reps, [&] { hyflow::serialize_into(batch, wire); });
+  const double t_ser = median_seconds(reps, [&] { hyflow::dataproto::serialize_into(batch, wire); });
   hyflow::DataProto decoded;
-  const double t_de = median_seconds(reps, [&] { decoded = hyflow::deserialize(wire); });
+  const double t_de = median_seconds(reps, [&] { decoded = hyflow::dataproto::deserialize(wire); });
   const double t_roundtrip = median_seconds(reps, [&] {
-    hyflow::serialize_into(batch, wire);
-    decoded = hyflow::deserialize(wire);
+    hyflow::dataproto::serialize_into(batch, wire);
+    decoded = hyflow::dataproto::deserialize(wire);
   });
   if (!at::equal(decoded.batch.at("input_ids"), batch.batch.at("input_ids"))) {
     std::cerr << "dataproto_bench: round trip changed the data\n";
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   emit("dataproto_serialize_roundtrip", case_name, mb / t_roundtrip, "MB/s", "memcpy", memcpy_mbs,
        t_memcpy / t_roundtrip);
   // As a receiver does it: encode into a fresh message buffer, decode aliasing that buffer.
-  const double t_owned = median_seconds(reps, [&] { decoded = hyflow::deserialize_owned(hyflow::serialize(batch)); });
+  const double t_owned = median_seconds(reps, [&] { decoded = hyflow::dataproto::deserialize_owned(hyflow::dataproto::serialize(batch)); });
   emit("dataproto_serialize_roundtrip_owned", case_name, mb / t_owned, "MB/s", "memcpy", memcpy_mbs,
        t_memcpy / t_owned);
 

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -600,4 +600,4 @@ DataProto unpad_dataproto(const DataProto& data, int64_t pad_size) {
   return pad_size == 0 ? data : data.slice(0, data.size() - pad_size);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 /// Either a set of parts (a root future) or a parent whose result this one transforms (a
 /// chunk or a then()). The result is computed once and cached.
@@ -93,4 +93,4 @@ DataProtoFuture DataProtoFuture::then(Transform next) const {
   return out;
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 MiniBatchIterator::MiniBatchIterator(DataProto data, MiniBatchOptions options)
     : data_(std::move(data)), options_(options) {
@@ -53,4 +53,4 @@ std::optional<DataProto> MiniBatchIterator::next() {
   return data_.select_idxs(idx);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -23,7 +23,7 @@
 static_assert(std::endian::native == std::endian::little,
               "the DataProto wire format stores raw little-endian tensors; big-endian hosts need byte swapping");
 
-namespace hyflow {
+namespace hyflow::dataproto {
 namespace {
 
 // --- dtype codes (part of the format: never renumber) ------------------------------------
@@ -409,4 +409,4 @@ DataProto load_from_file(const std::filesystem::path& path) {
   }
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -3,7 +3,7 @@
 
 #include <sstream>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 namespace {
 
 std::string join_keys(const std::vector<std::string>& keys) {
@@ -101,4 +101,4 @@ void TensorDict::rename(std::string_view old_key, std::string new_key) {
   throw KeyError("TensorDict: cannot rename '" + std::string(old_key) + "' (keys: " + join_keys(keys()) + ")");
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -32,8 +32,8 @@ struct Config : caf::actor_system_config {
 };
 
 hyflow::DataProto batch(int64_t rows, int64_t cols) {
-  hyflow::NonTensorBatch nt;
-  hyflow::Column uid;
+  hyflow::dataproto::NonTensorBatch nt;
+  hyflow::dataproto::Column uid;
   for (int64_t i = 0; i < rows; ++i) uid.push_back(std::string("u").append(std::to_string(i)));
   nt["uid"] = uid;
   return hyflow::DataProto(hyflow::TensorDict{{"x", torch::arange(rows * cols, torch::kFloat).reshape({rows, cols})},

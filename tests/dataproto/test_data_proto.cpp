@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-using hyflow::Column;
+using hyflow::dataproto::Column;
 using hyflow::DataProto;
 using hyflow::Json;
-using hyflow::NonTensorBatch;
+using hyflow::dataproto::NonTensorBatch;
 using hyflow::TensorDict;
 
 namespace {

@@ -95,7 +95,7 @@ TEST_CASE("empty futures and invalid parts are errors") {
 
 TEST_CASE("a chunk index beyond torch.chunk's pieces is an error naming it") {
   auto d = rows(0, 2);
-  d.meta_info[hyflow::kAutoPaddingKey] = true;
+  d.meta_info[hyflow::dataproto::kAutoPaddingKey] = true;
   auto pieces = DataProtoFuture::ready(d).chunk(4);  // 2 rows into 4: only 2 pieces exist
   CHECK(ids_of(pieces[1].get()) == std::vector<int64_t>{1});
   CHECK_THROWS_WITH(pieces[3].get(), Catch::Contains("chunk 3 of 4"));

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <random>
 
-using hyflow::Column;
+using hyflow::dataproto::Column;
 using hyflow::DataProto;
 using hyflow::Json;
-using hyflow::NonTensorBatch;
+using hyflow::dataproto::NonTensorBatch;
 using hyflow::TensorDict;
 
 namespace {
@@ -48,10 +48,10 @@ DataProto sample() {
 
 TEST_CASE("serialize then deserialize is the identity on a typical batch") {
   auto d = sample();
-  auto bytes = hyflow::serialize(d);
-  CHECK(bytes.size() == hyflow::serialized_size(d));
+  auto bytes = hyflow::dataproto::serialize(d);
+  CHECK(bytes.size() == hyflow::dataproto::serialized_size(d));
   CHECK(std::memcmp(bytes.data(), "HYDP", 4) == 0);
-  CHECK(identical(hyflow::deserialize(bytes), d));
+  CHECK(identical(hyflow::dataproto::deserialize(bytes), d));
 }
 
 TEST_CASE("round trip keeps NaN, infinities and -0.0 bit for bit") {
@@ -59,7 +59,7 @@ TEST_CASE("round trip keeps NaN, infinities and -0.0 bit for bit") {
   NonTensorBatch nt;
   nt["score"] = Column{NAN, 1.5, -0.0, INFINITY, 2};
   DataProto d(TensorDict{{"v", t}}, nt);
-  auto back = hyflow::deserialize(hyflow::serialize(d));
+  auto back = hyflow::dataproto::deserialize(hyflow::dataproto::serialize(d));
   CHECK(identical(back, d));
   CHECK(std::isnan(back.non_tensor_batch.at("score")[0].get<double>()));
 }
@@ -67,13 +67,13 @@ TEST_CASE("round trip keeps NaN, infinities and -0.0 bit for bit") {
 TEST_CASE("round trip of non-contiguous, sliced and empty tensors") {
   auto base = torch::arange(60, torch::kFloat).reshape({6, 10});
   DataProto d(TensorDict{{"strided", base.t().slice(0, 2, 8)}, {"empty_trailing", torch::zeros({6, 0})}});
-  auto back = hyflow::deserialize(hyflow::serialize(d));
+  auto back = hyflow::dataproto::deserialize(hyflow::dataproto::serialize(d));
   CHECK(torch::equal(back.batch.at("strided"), base.t().slice(0, 2, 8)));
   CHECK(back.batch.at("empty_trailing").sizes() == torch::IntArrayRef{6, 0});
   DataProto zero_rows(TensorDict{{"x", torch::zeros({0, 3})}});
-  CHECK(identical(hyflow::deserialize(hyflow::serialize(zero_rows)), zero_rows));
-  CHECK(identical(hyflow::deserialize(hyflow::serialize(DataProto())), DataProto()));
-  CHECK(hyflow::deserialize(hyflow::serialize(DataProto(TensorDict::with_batch_size(5)))).size() == 5);
+  CHECK(identical(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(zero_rows)), zero_rows));
+  CHECK(identical(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(DataProto())), DataProto()));
+  CHECK(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(DataProto(TensorDict::with_batch_size(5)))).size() == 5);
 }
 
 TEST_CASE("randomized round trips over shapes and dtypes") {
@@ -102,39 +102,39 @@ TEST_CASE("randomized round trips over shapes and dtypes") {
     }
     DataProto d(td, nt, Json{{"trial", trial}});
     INFO("trial " << trial << ": " << d.info());
-    CHECK(identical(hyflow::deserialize(hyflow::serialize(d)), d));
+    CHECK(identical(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(d)), d));
   }
 }
 
 TEST_CASE("serialize_into reuses the buffer's capacity") {
   auto d = sample();
   std::vector<char> buf;
-  hyflow::serialize_into(d, buf);
+  hyflow::dataproto::serialize_into(d, buf);
   const auto* first = buf.data();
-  hyflow::serialize_into(d, buf);
+  hyflow::dataproto::serialize_into(d, buf);
   CHECK(buf.data() == first);
-  CHECK(identical(hyflow::deserialize(buf), d));
+  CHECK(identical(hyflow::dataproto::deserialize(buf), d));
 }
 
 TEST_CASE("every truncation of an encoding raises FormatError") {
-  auto bytes = hyflow::serialize(sample());
+  auto bytes = hyflow::dataproto::serialize(sample());
   for (size_t len = 0; len < bytes.size(); ++len) {
     INFO("length " << len);
-    CHECK_THROWS_AS(hyflow::deserialize(std::span<const char>(bytes.data(), len)), hyflow::FormatError);
+    CHECK_THROWS_AS(hyflow::dataproto::deserialize(std::span<const char>(bytes.data(), len)), hyflow::FormatError);
   }
 }
 
 TEST_CASE("trailing garbage, bad magic and unknown versions raise FormatError naming the problem") {
-  auto bytes = hyflow::serialize(sample());
+  auto bytes = hyflow::dataproto::serialize(sample());
   auto longer = bytes;
   longer.push_back('\0');
-  CHECK_THROWS_WITH(hyflow::deserialize(longer), Catch::Contains("trailing"));
+  CHECK_THROWS_WITH(hyflow::dataproto::deserialize(longer), Catch::Contains("trailing"));
   auto bad_magic = bytes;
   bad_magic[0] = 'X';
-  CHECK_THROWS_WITH(hyflow::deserialize(bad_magic), Catch::Contains("magic"));
+  CHECK_THROWS_WITH(hyflow::dataproto::deserialize(bad_magic), Catch::Contains("magic"));
   auto bad_version = bytes;
   bad_version[4] = 9;
-  CHECK_THROWS_WITH(hyflow::deserialize(bad_version), Catch::Contains("version 9"));
+  CHECK_THROWS_WITH(hyflow::dataproto::deserialize(bad_version), Catch::Contains("version 9"));
 }
 
 namespace {
@@ -147,7 +147,7 @@ constexpr size_t kDim1Offset = kDim0Offset + 8;
 constexpr size_t kNbytesOffset = kDim1Offset + 8;
 
 std::vector<char> one_tensor() {
-  return hyflow::serialize(DataProto(TensorDict{{"x", torch::arange(6, torch::kLong).reshape({2, 3})}}));
+  return hyflow::dataproto::serialize(DataProto(TensorDict{{"x", torch::arange(6, torch::kLong).reshape({2, 3})}}));
 }
 template <class T>
 void poke(std::vector<char>& b, size_t offset, T v) {
@@ -159,44 +159,44 @@ TEST_CASE("hostile headers raise FormatError instead of allocating") {
   SECTION("unknown dtype code") {
     auto b = one_tensor();
     b[kDtypeOffset] = 77;
-    CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("unknown dtype code 77"));
+    CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("unknown dtype code 77"));
   }
   SECTION("negative dimension") {
     auto b = one_tensor();
     poke<int64_t>(b, kDim1Offset, -3);
-    CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("negative dimension"));
+    CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("negative dimension"));
   }
   SECTION("huge declared sizes") {
     auto b = one_tensor();
     poke<int64_t>(b, kDim1Offset, int64_t{1} << 40);
     poke<uint64_t>(b, kNbytesOffset, uint64_t{2} * 8 << 40);
-    CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("remain"));
+    CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("remain"));
   }
   SECTION("multiplication overflow in the shape") {
     auto b = one_tensor();
     poke<int64_t>(b, kDim1Offset, int64_t{1} << 62);
-    CHECK_THROWS_AS(hyflow::deserialize(b), hyflow::FormatError);
+    CHECK_THROWS_AS(hyflow::dataproto::deserialize(b), hyflow::FormatError);
   }
   SECTION("byte count that disagrees with the shape") {
     auto b = one_tensor();
     poke<uint64_t>(b, kNbytesOffset, 40);
-    CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("declares 40 bytes"));
+    CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("declares 40 bytes"));
   }
   SECTION("too many dimensions") {
     auto b = one_tensor();
     b[kNdimOffset] = static_cast<char>(200);
-    CHECK_THROWS_AS(hyflow::deserialize(b), hyflow::FormatError);
+    CHECK_THROWS_AS(hyflow::dataproto::deserialize(b), hyflow::FormatError);
   }
   SECTION("rows that disagree with the batch size") {
     auto b = one_tensor();
     poke<int64_t>(b, kDim0Offset, 1);
-    CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("rows"));
+    CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("rows"));
   }
 }
 
 TEST_CASE("deeply nested CBOR in a column is rejected, not a stack overflow") {
   // A column whose CBOR is 100000 nested one-element arrays (0x81 ...) around a 0.
-  std::vector<char> bytes = hyflow::serialize(DataProto());
+  std::vector<char> bytes = hyflow::dataproto::serialize(DataProto());
   // Rebuild: header, no tensors, one column "c" with the hostile CBOR, empty meta.
   std::vector<char> b(bytes.begin(), bytes.begin() + 16);
   auto put = [&b](auto v) {
@@ -213,11 +213,11 @@ TEST_CASE("deeply nested CBOR in a column is rejected, not a stack overflow") {
   b.insert(b.end(), cbor.begin(), cbor.end());
   put(uint64_t{1});
   b.push_back(static_cast<char>(0xa0));  // {}
-  CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("nests deeper"));
+  CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("nests deeper"));
 }
 
 TEST_CASE("mutation: thousands of corrupted encodings never crash") {
-  const auto good = hyflow::serialize(sample());
+  const auto good = hyflow::dataproto::serialize(sample());
   std::mt19937 rng(20261122);
   int rejected = 0, accepted = 0;
   for (int trial = 0; trial < 4000; ++trial) {
@@ -234,7 +234,7 @@ TEST_CASE("mutation: thousands of corrupted encodings never crash") {
       if (b.empty()) break;
     }
     try {
-      auto d = hyflow::deserialize(b);
+      auto d = hyflow::dataproto::deserialize(b);
       d.check_consistency();  // what decodes must be a consistent batch
       ++accepted;
     } catch (const hyflow::FormatError&) {
@@ -250,20 +250,20 @@ TEST_CASE("save_to_file and load_from_file; a corrupt file names the file") {
   std::filesystem::create_directories(dir);
   const auto path = dir / "batch.hydp";
   auto d = sample();
-  hyflow::save_to_file(d, path);
-  CHECK(identical(hyflow::load_from_file(path), d));
+  hyflow::dataproto::save_to_file(d, path);
+  CHECK(identical(hyflow::dataproto::load_from_file(path), d));
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f << "HYDPgarbage";
   }
-  CHECK_THROWS_WITH(hyflow::load_from_file(path), Catch::Contains("batch.hydp"));
-  CHECK_THROWS_AS(hyflow::load_from_file(dir / "missing.hydp"), hyflow::Error);
+  CHECK_THROWS_WITH(hyflow::dataproto::load_from_file(path), Catch::Contains("batch.hydp"));
+  CHECK_THROWS_AS(hyflow::dataproto::load_from_file(dir / "missing.hydp"), hyflow::Error);
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("tensor payloads start at 16-byte aligned offsets") {
   auto d = sample();
-  auto bytes = hyflow::serialize(d);
+  auto bytes = hyflow::dataproto::serialize(d);
   // Find the int64 payload (0, 1, 2, ... 11) and check its offset.
   const auto ids = d.batch.at("input_ids").contiguous();
   auto it = std::search(bytes.begin(), bytes.end(), static_cast<const char*>(ids.data_ptr()),
@@ -274,10 +274,10 @@ TEST_CASE("tensor payloads start at 16-byte aligned offsets") {
 
 TEST_CASE("deserialize_owned aliases the buffer instead of copying, and keeps it alive") {
   auto d = sample();
-  auto bytes = hyflow::serialize(d);
+  auto bytes = hyflow::dataproto::serialize(d);
   const char* begin = bytes.data();
   const char* end = bytes.data() + bytes.size();
-  auto decoded = hyflow::deserialize_owned(std::move(bytes));
+  auto decoded = hyflow::dataproto::deserialize_owned(std::move(bytes));
   const char* p = static_cast<const char*>(decoded.batch.at("input_ids").data_ptr());
   CHECK((p >= begin && p < end));
   CHECK(identical(decoded, d));
@@ -287,14 +287,14 @@ TEST_CASE("deserialize_owned aliases the buffer instead of copying, and keeps it
 }
 
 TEST_CASE("deserialize_owned rejects bad input like deserialize") {
-  auto bytes = hyflow::serialize(sample());
+  auto bytes = hyflow::dataproto::serialize(sample());
   bytes.resize(bytes.size() / 2);
-  CHECK_THROWS_AS(hyflow::deserialize_owned(std::move(bytes)), hyflow::FormatError);
+  CHECK_THROWS_AS(hyflow::dataproto::deserialize_owned(std::move(bytes)), hyflow::FormatError);
 }
 
 TEST_CASE("non-zero alignment padding is rejected") {
-  auto b = hyflow::serialize(DataProto(TensorDict{{"x", torch::arange(6, torch::kLong).reshape({2, 3})}}));
+  auto b = hyflow::dataproto::serialize(DataProto(TensorDict{{"x", torch::arange(6, torch::kLong).reshape({2, 3})}}));
   // Header 16 + counts 4 + name 5 + dtype/ndim 2 + dims 16 + nbytes 8 = 51: 13 bytes of padding follow.
   b[52] = 1;
-  CHECK_THROWS_WITH(hyflow::deserialize(b), Catch::Contains("padding"));
+  CHECK_THROWS_WITH(hyflow::dataproto::deserialize(b), Catch::Contains("padding"));
 }

@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 /// Writes u64 length + the wire-format bytes.
 inline caf::error inspect(caf::serializer& f, DataProto& x) {
@@ -77,4 +77,4 @@ inspect(Inspector& f, DataProto& x) {
   return f(caf::meta::type_name("hyflow::DataProto"), summary);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

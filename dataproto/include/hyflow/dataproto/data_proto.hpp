@@ -17,8 +17,12 @@
 #include <vector>
 
 namespace hyflow {
-
+/// JSON values (nlohmann) in every hyflow API.
 using Json = nlohmann::json;
+}  // namespace hyflow
+
+namespace hyflow::dataproto {
+
 /// One per-sample value per row: the stand-in for verl's numpy object arrays.
 using Column = std::vector<Json>;
 /// Ordered name -> column (insertion order is kept, as in a Python dict).
@@ -165,4 +169,13 @@ class MiniBatchIterator {
   int64_t position_ = 0;
 };
 
+}  // namespace hyflow::dataproto
+
+namespace hyflow {
+// verl's names (verl.protocol) where verl users write them.
+using dataproto::collate;
+using dataproto::DataProto;
+using dataproto::DataProtoItem;
+using dataproto::pad_dataproto_to_divisor;
+using dataproto::unpad_dataproto;
 }  // namespace hyflow

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 class DataProtoFuture {
  public:
@@ -47,4 +47,8 @@ class DataProtoFuture {
   std::shared_ptr<State> state_;
 };
 
+}  // namespace hyflow::dataproto
+
+namespace hyflow {
+using dataproto::DataProtoFuture;
 }  // namespace hyflow

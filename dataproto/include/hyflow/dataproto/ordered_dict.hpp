@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 template <class V>
 class OrderedDict {
@@ -74,4 +74,4 @@ class OrderedDict {
   std::vector<value_type> items_;
 };
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 /// First four bytes of every encoding: "HYDP".
 inline constexpr char kWireMagic[4] = {'H', 'Y', 'D', 'P'};
@@ -38,4 +38,4 @@ void save_to_file(const DataProto& data, const std::filesystem::path& path);
 /// Reads a file written by save_to_file; FormatError names the file on bad content.
 DataProto load_from_file(const std::filesystem::path& path);
 
-}  // namespace hyflow
+}  // namespace hyflow::dataproto

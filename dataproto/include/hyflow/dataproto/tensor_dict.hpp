@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 
 /// Ordered name -> at::Tensor with a common batch size (dim 0). Any dtype, trailing shape and
 /// device. Copying a TensorDict copies tensor handles, never storage.
@@ -65,4 +65,8 @@ class TensorDict {
   std::optional<int64_t> batch_size_;
 };
 
+}  // namespace hyflow::dataproto
+
+namespace hyflow {
+using dataproto::TensorDict;
 }  // namespace hyflow
