@@ -451,7 +451,7 @@ struct DataPlane::Impl {
       if (object && object->data) {
         try {
           auto buf = std::make_shared<std::vector<char>>(take_buffer(object->size));
-          serialize_into(*object->data, *buf);
+          dataproto::serialize_into(*object->data, *buf);
           object->data.reset();
           if (buf->size() != object->size) throw FormatError("encoded size changed since put");
           object->bytes = std::move(buf);
@@ -539,7 +539,7 @@ ObjectRef DataPlane::put(DataProto data, bool expires) {
   ref.host = im.advertise;
   ref.port = im.port;
   ref.id = random_id();
-  ref.size = serialized_size(data);
+  ref.size = dataproto::serialized_size(data);
   std::lock_guard lock(im.mutex);
   im.objects[ref.id] = Impl::Object{nullptr, std::make_shared<const DataProto>(std::move(data)), ref.size,
                                     expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max()};
@@ -706,7 +706,7 @@ void export_one(Value& v, const ExportPolicy& policy, std::vector<ObjectRef>& ou
     return;
   }
   if (!v.is_dataproto()) return;
-  if (serialized_size(v.dataproto()) < policy.threshold) return;
+  if (dataproto::serialized_size(v.dataproto()) < policy.threshold) return;
   ObjectRef ref = policy.plane().put(std::move(v.dataproto()), policy.expires);
   out.push_back(ref);
   v = Value(ref.to_json());
@@ -753,7 +753,7 @@ void import_one(Value& v, std::chrono::milliseconds timeout, std::exception_ptr&
     return;
   }
   try {
-    v = Value(deserialize_owned(DataPlane::fetch(ref, timeout)));
+    v = Value(dataproto::deserialize_owned(DataPlane::fetch(ref, timeout)));
   } catch (...) {
     failure = std::current_exception();
   }

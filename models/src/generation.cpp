@@ -88,7 +88,7 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
       {"response_mask", response_mask},
   };
   if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
-  NonTensorBatch columns;
+  dataproto::NonTensorBatch columns;
   if (!prompts.non_tensor_batch.empty()) {
     columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch)
                   .repeat(options.n, /*interleave=*/true)

@@ -144,12 +144,12 @@ TEST_CASE("a DataProto put is encoded when fetched; the handle carries the encod
   DataPlane plane;
   const DataProto batch = big_batch(int64_t{2} << 20);
   ObjectRef ref = plane.put(batch);
-  CHECK(ref.size == serialized_size(batch));
+  CHECK(ref.size == dataproto::serialized_size(batch));
   auto bytes = DataPlane::fetch(ref, 2s);
-  CHECK(bytes == serialize(batch));
-  check_same(deserialize_owned(std::move(bytes)), batch);
+  CHECK(bytes == dataproto::serialize(batch));
+  check_same(dataproto::deserialize_owned(std::move(bytes)), batch);
   // The next one is encoded into the buffer the first one was sent from.
-  check_same(deserialize_owned(DataPlane::fetch(plane.put(batch), 2s)), batch);
+  check_same(dataproto::deserialize_owned(DataPlane::fetch(plane.put(batch), 2s)), batch);
   CHECK(plane.held() == 0);
 }
 
@@ -264,7 +264,7 @@ TEST_CASE("export_large swaps only DataProtos at or above the threshold (also in
   CHECK(values[3].list()[1].is_dataproto());
   CHECK(object_refs_in(values[3]).size() == 1);
   CHECK(plane.held() == 2);
-  CHECK(refs[0].size == serialized_size(large));
+  CHECK(refs[0].size == dataproto::serialized_size(large));
 
   import_refs(values, 2s);
   CHECK(plane.held() == 0);

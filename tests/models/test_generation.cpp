@@ -117,7 +117,7 @@ TEST_CASE("sampling is deterministic for a seed and n samples are interleaved") 
   torch::manual_seed(14);
   CausalLM model(small_config());
   auto prompts = prompt_batch(kPrompts);
-  prompts.non_tensor_batch["uid"] = Column{"a", "b", "c"};
+  prompts.non_tensor_batch["uid"] = dataproto::Column{"a", "b", "c"};
   GenerationOptions opts{.max_new_tokens = 8, .n = 3, .sampling = {.temperature = 1.0, .top_p = 0.9}, .seed = 7};
   auto first = generate(model, prompts, opts);
   auto second = generate(model, prompts, opts);

@@ -31,7 +31,7 @@ DataProto rollout(const std::vector<std::string>& prompts, const std::vector<std
   const int64_t B = static_cast<int64_t>(prompts.size()), P = 4, T = 5;
   auto p = torch::full({B, P}, tok->pad_token_id(), torch::kLong), r = torch::full({B, T}, tok->pad_token_id(), torch::kLong);
   auto mask = torch::zeros({B, P + T}, torch::kLong);
-  Column ds, rm;
+  dataproto::Column ds, rm;
   for (int64_t i = 0; i < B; ++i) {
     auto pi = tok->encode(prompts[i]);
     auto ri = tok->encode(responses[i]);
@@ -40,7 +40,7 @@ DataProto rollout(const std::vector<std::string>& prompts, const std::vector<std
     ds.emplace_back("arithmetic");
     rm.push_back({{"ground_truth", truths[i]}});
   }
-  NonTensorBatch nt;
+  dataproto::NonTensorBatch nt;
   nt["data_source"] = ds;
   nt["reward_model"] = rm;
   return DataProto(TensorDict{{"prompts", p}, {"responses", r}, {"attention_mask", mask}}, nt);
@@ -168,7 +168,7 @@ TEST_CASE("batch manager calls a registered batch function once for all rows") {
       [&](const std::vector<std::string>&, const std::vector<std::string>& sols, const std::vector<nlohmann::json>&,
           const std::vector<nlohmann::json>&) {
         ++calls;
-        std::vector<reward_score::ScoreResult> r;
+        std::vector<algos::reward_score::ScoreResult> r;
         for (const auto& s : sols) r.push_back({static_cast<double>(s.size()), {{"len", s.size()}}});
         return r;
       },
@@ -181,8 +181,8 @@ TEST_CASE("batch manager calls a registered batch function once for all rows") {
 }
 
 TEST_CASE("custom per-row reward functions by name; unknown names and managers are errors") {
-  reward_score::register_compute_score(
-      "always_half", [](auto&&, auto&&, auto&&, auto&&) { return reward_score::ScoreResult{0.5, {}}; }, true);
+  algos::reward_score::register_compute_score(
+      "always_half", [](auto&&, auto&&, auto&&, auto&&) { return algos::reward_score::ScoreResult{0.5, {}}; }, true);
   RewardManager rm(char_tok(), {.compute_score = "always_half"});
   CHECK(rm(rollout({"1+2="}, {"9"}, {"3"})).reward_tensor[0][0].item<float>() == 0.5f);
   CHECK_THROWS_AS(RewardManager(char_tok(), {.compute_score = "nope"}), KeyError);
@@ -197,7 +197,7 @@ TEST_CASE("rm_scores in the batch are returned as the reward") {
 }
 
 TEST_CASE("a reward plugin (custom_reward_function.path) registers functions the managers use") {
-  CHECK_THROWS_AS(reward_score::get_compute_score("plugin_length_score"), KeyError);
+  CHECK_THROWS_AS(algos::reward_score::get_compute_score("plugin_length_score"), KeyError);
   load_reward_plugin(REWARD_PLUGIN_PATH);
   load_reward_plugin(REWARD_PLUGIN_PATH);  // again: nothing happens
   RewardManager rm(char_tok(), {.compute_score = "plugin_length_score"});

@@ -141,7 +141,7 @@ DataProto RLDataset::batch(const std::vector<int64_t>& indices) const {
   const int64_t P = options_.max_prompt_length;
   auto ids = torch::full({B, P}, tokenizer_->pad_token_id(), torch::kLong);
   auto mask = torch::zeros({B, P}, torch::kLong);
-  Column data_source, reward_model, extra_info, raw_prompt;
+  dataproto::Column data_source, reward_model, extra_info, raw_prompt;
   auto ids_a = ids.accessor<int64_t, 2>();
   auto mask_a = mask.accessor<int64_t, 2>();
   for (int64_t r = 0; r < B; ++r) {
@@ -159,7 +159,7 @@ DataProto RLDataset::batch(const std::vector<int64_t>& indices) const {
     raw_prompt.emplace_back(samples_[i].prompt);
   }
   auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
-  NonTensorBatch nt;
+  dataproto::NonTensorBatch nt;
   nt["data_source"] = std::move(data_source);
   nt["reward_model"] = std::move(reward_model);
   nt["extra_info"] = std::move(extra_info);

@@ -3,9 +3,9 @@
 #include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/data_plane.hpp>
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
-#include <hyflow/trainer/metric_utils.hpp>
+#include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 #include <hyflow/workers/all.hpp>
@@ -83,8 +83,8 @@ struct PPOTrainer::Impl {
   std::string loss_agg_mode;
   std::string ckpt_root;
   std::string metrics_file;
-  core_algos::AlgoConfig algo;
-  std::unique_ptr<core_algos::KLController> kl_ctrl;
+  algos::core_algos::AlgoConfig algo;
+  std::unique_ptr<algos::core_algos::KLController> kl_ctrl;
 
   std::shared_ptr<const models::Tokenizer> tokenizer;
   std::unique_ptr<RLDataset> train_data, val_data;
@@ -107,7 +107,7 @@ struct PPOTrainer::Impl {
 void PPOTrainer::Impl::setup() {
   const Config& c = config;
   adv_estimator = c.get_string("algorithm.adv_estimator");
-  (void)core_algos::get_adv_estimator_fn(adv_estimator);  // KeyError naming it early
+  (void)algos::core_algos::get_adv_estimator_fn(adv_estimator);  // KeyError naming it early
   use_critic = c.is_null("critic.enable") ? adv_estimator == "gae" : c.get_bool("critic.enable");
   use_rm = c.get_bool("reward_model.enable");
   use_kl_in_reward = c.get_bool("algorithm.use_kl_in_reward");
@@ -134,7 +134,7 @@ void PPOTrainer::Impl::setup() {
   algo.kl_ctrl.kl_coef = c.get_double("algorithm.kl_ctrl.kl_coef");
   algo.kl_ctrl.horizon = static_cast<double>(c.get_int("algorithm.kl_ctrl.horizon"));
   algo.kl_ctrl.target_kl = c.get_double("algorithm.kl_ctrl.target_kl");
-  if (use_kl_in_reward) kl_ctrl = core_algos::get_kl_controller(algo.kl_ctrl);
+  if (use_kl_in_reward) kl_ctrl = algos::core_algos::get_kl_controller(algo.kl_ctrl);
 
   const std::string model_path = c.get_string("actor_rollout_ref.model.path");
   if (model_path.empty()) throw ValueError("config key 'actor_rollout_ref.model.path' is required");
@@ -169,7 +169,7 @@ void PPOTrainer::Impl::setup() {
     try {
       load_reward_plugin(plugin);
       if (manager == "batch") (void)get_batch_compute_score(cf);
-      else (void)reward_score::get_compute_score(cf);
+      else (void)algos::reward_score::get_compute_score(cf);
     } catch (const ValueError& e) {
       throw ValueError("config key 'custom_reward_function.path': " + std::string(e.what()));
     } catch (const KeyError&) {
@@ -277,7 +277,7 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
   nlohmann::json m = nlohmann::json::object();
   const auto step_start = std::chrono::steady_clock::now();
   DataProto batch = train_data->batch(indices);
-  Column uid;
+  dataproto::Column uid;
   for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back("s" + std::to_string(global_step) + "-" + std::to_string(i));
   batch.non_tensor_batch["uid"] = std::move(uid);
   DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
@@ -312,13 +312,13 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
     RewardOutput r = (*reward_fn)(batch);
     batch.batch.set("token_level_scores", r.reward_tensor);
     for (auto& [k, v] : r.reward_extra_info)
-      if (static_cast<int64_t>(v.size()) == batch.size()) batch.non_tensor_batch[k] = Column(v.begin(), v.end());
+      if (static_cast<int64_t>(v.size()) == batch.size()) batch.non_tensor_batch[k] = dataproto::Column(v.begin(), v.end());
   }
   {
     Timer t(m, "old_log_prob");
     DataProto old = actor->call(&ActorRolloutRefWorker::compute_log_prob, batch);
     const at::Tensor entropys = old.batch.pop("entropys");
-    m["actor/entropy"] = core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
+    m["actor/entropy"] = algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
     batch.union_with(old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   if (use_kl_loss || use_kl_in_reward) {
@@ -334,11 +334,11 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
   {
     Timer t(m, "adv");
     if (use_kl_in_reward) {
-      for (const auto& [k, v] : core_algos::apply_kl_penalty(batch, *kl_ctrl, algo.kl_penalty)) m[k] = v;
+      for (const auto& [k, v] : algos::core_algos::apply_kl_penalty(batch, *kl_ctrl, algo.kl_penalty)) m[k] = v;
     } else {
       batch.batch.set("token_level_rewards", batch.batch.at("token_level_scores"));
     }
-    core_algos::AdvantageInputs in;
+    algos::core_algos::AdvantageInputs in;
     in.token_level_rewards = batch.batch.at("token_level_rewards");
     in.response_mask = batch.batch.at("response_mask");
     if (batch.batch.contains("values")) in.values = batch.batch.at("values");
@@ -348,24 +348,24 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
     if (batch.batch.contains("reward_baselines")) in.reward_baselines = batch.batch.at("reward_baselines");
     in.old_log_probs = batch.batch.at("old_log_probs");
     in.config = algo;
-    auto out = core_algos::get_adv_estimator_fn(adv_estimator)(in);
+    auto out = algos::core_algos::get_adv_estimator_fn(adv_estimator)(in);
     batch.batch.set("advantages", out.advantages);
     batch.batch.set("returns", out.returns);
   }
   if (use_critic) {
     Timer t(m, "update_critic");
     DataProto out = critic->call(&CriticWorker::update_critic, batch);
-    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = reduce_metric(k, v);
+    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = algos::metric_utils::reduce_metric(k, v);
   }
   if (config.get_int("trainer.critic_warmup") <= global_step) {
     Timer t(m, "update_actor");
     DataProto out = actor->call(&ActorRolloutRefWorker::update_actor, batch);
-    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = reduce_metric(k, v);
+    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = algos::metric_utils::reduce_metric(k, v);
   }
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   m["timing_s/step"] = step_s;
-  add_data_metrics(batch, use_critic, m);
-  add_timing_and_throughput_metrics(batch, world, m);
+  algos::metric_utils::compute_data_metrics(batch, use_critic, m);
+  algos::metric_utils::compute_timing_and_throughput_metrics(batch, world, m);
   m["training/global_step"] = global_step;
   m["training/epoch"] = epoch;
   return m;
@@ -383,7 +383,7 @@ nlohmann::json PPOTrainer::Impl::validate() {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < std::min(start + bs, val_data->size()); ++i) idx.push_back(i);
     DataProto test = val_data->batch(idx);
-    Column uid;
+    dataproto::Column uid;
     for (int64_t i : idx) uid.emplace_back("val-" + std::to_string(i));
     test.non_tensor_batch["uid"] = std::move(uid);
     test = test.repeat(val_n, true);
@@ -408,7 +408,7 @@ nlohmann::json PPOTrainer::Impl::validate() {
     for (const auto& [key, values] : r.reward_extra_info)
       if (key != "reward") infos[key].insert(infos[key].end(), values.begin(), values.end());
   }
-  nlohmann::json m = metric_utils::validation_metric_sections(metric_utils::process_validation_metrics(sources, uids, infos));
+  nlohmann::json m = algos::metric_utils::validation_metric_sections(algos::metric_utils::process_validation_metrics(sources, uids, infos));
   double total = 0;
   for (double l : resp_lens) total += l;
   if (!resp_lens.empty()) m["val-aux/response_length/mean"] = total / static_cast<double>(resp_lens.size());
@@ -535,23 +535,6 @@ void PPOTrainer::fit() {
       s.log(m, global_step, progress);
     }
   }
-}
-
-double reduce_metric(const std::string& name, const nlohmann::json& values) {
-  std::vector<double> flat;
-  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& v) {
-    if (v.is_array())
-      for (const auto& e : v) walk(e);
-    else if (v.is_number()) flat.push_back(v.get<double>());
-    else throw ValueError("metric '" + name + "' holds a non-number: " + v.dump());
-  };
-  walk(values);
-  if (flat.empty()) throw ValueError("metric '" + name + "' has no values");
-  if (name.find("max") != std::string::npos) return *std::max_element(flat.begin(), flat.end());
-  if (name.find("min") != std::string::npos) return *std::min_element(flat.begin(), flat.end());
-  double sum = 0;
-  for (double v : flat) sum += v;
-  return sum / static_cast<double>(flat.size());
 }
 
 }  // namespace hyflow::trainer

@@ -17,7 +17,7 @@ std::map<std::string, BatchComputeScoreFn>& batch_registry() {
   return r;
 }
 
-const Column& column(const DataProto& data, const char* name) {
+const dataproto::Column& column(const DataProto& data, const char* name) {
   auto it = data.non_tensor_batch.find(name);
   if (it == data.non_tensor_batch.end()) throw KeyError(std::string("reward manager: missing non-tensor column '") + name + "'");
   return it->second;
@@ -55,7 +55,7 @@ RewardManager::RewardManager(std::shared_ptr<const models::Tokenizer> tokenizer,
     throw ValueError("config key 'reward_model.reward_manager': unknown manager '" + options_.name +
                      "' (naive, dapo, batch)");
   if (options_.name == "batch") (void)get_batch_compute_score(options_.compute_score);
-  else (void)reward_score::get_compute_score(options_.compute_score);
+  else (void)algos::reward_score::get_compute_score(options_.compute_score);
   if (options_.overlong_buffer.enable && options_.overlong_buffer.len <= 0)
     throw ValueError("config key 'reward_model.overlong_buffer.len' must be > 0 when the buffer is enabled");
 }
@@ -72,8 +72,8 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
   const int64_t B = responses.size(0), P = prompts.size(1), T = responses.size(1);
   const auto valid_prompt = mask.narrow(1, 0, P).sum(-1);
   const auto valid_resp = mask.narrow(1, P, T).sum(-1);
-  const Column& sources = column(data, "data_source");
-  const Column& rms = column(data, "reward_model");
+  const dataproto::Column& sources = column(data, "data_source");
+  const dataproto::Column& rms = column(data, "reward_model");
   auto extra_it = data.non_tensor_batch.find("extra_info");
 
   std::vector<std::string> solution_strs, data_sources;
@@ -95,14 +95,14 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
     resp_lens.push_back(vr);
   }
 
-  std::vector<reward_score::ScoreResult> results;
+  std::vector<algos::reward_score::ScoreResult> results;
   if (options_.name == "batch") {
     results = get_batch_compute_score(options_.compute_score)(data_sources, solution_strs, ground_truths, extra_infos);
     if (static_cast<int64_t>(results.size()) != B)
       throw ShapeError("batch reward function '" + options_.compute_score + "' returned " +
                        std::to_string(results.size()) + " results for " + std::to_string(B) + " rows");
   } else {
-    const auto fn = reward_score::get_compute_score(options_.compute_score);
+    const auto fn = algos::reward_score::get_compute_score(options_.compute_score);
     for (int64_t r = 0; r < B; ++r)
       results.push_back(fn(data_sources[r], solution_strs[r], ground_truths[r], extra_infos[r]));
   }

@@ -5,8 +5,8 @@
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/llama.hpp>
 #include <hyflow/trainer/dataset.hpp>
-#include <hyflow/trainer/lr_schedule.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/lr_schedule.hpp>
+#include <hyflow/algos/reward_score.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 
 #include <filesystem>
@@ -82,7 +82,7 @@ double greedy_accuracy(models::CausalLM& model, const models::Tokenizer& tok, co
     auto row = resp[static_cast<int64_t>(i)].narrow(0, 0, len).contiguous();
     std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + len);
     const auto text = tok.decode(ids, /*skip_special_tokens=*/true);
-    correct += reward_score::default_compute_score(rows[i].data_source, text, rows[i].ground_truth).score > 0 ? 1.0 : 0.0;
+    correct += algos::reward_score::default_compute_score(rows[i].data_source, text, rows[i].ground_truth).score > 0 ? 1.0 : 0.0;
   }
   return correct / static_cast<double>(rows.size());
 }
@@ -137,11 +137,11 @@ SFTResult run_sft(const Config& c) {
                                                    .weight_decay(c.get_double("optim.weight_decay")));
   const auto warmup = static_cast<int64_t>(c.get_double("optim.warmup_steps_ratio") * static_cast<double>(total));
   const std::string sched = c.get_string("optim.lr_scheduler");
-  core_algos::LrLambda lambda;
-  if (sched == "cosine") lambda = core_algos::get_cosine_schedule_with_warmup(warmup, total);
-  else if (sched == "constant") lambda = core_algos::get_constant_schedule_with_warmup(warmup);
+  algos::core_algos::LrLambda lambda;
+  if (sched == "cosine") lambda = algos::core_algos::get_cosine_schedule_with_warmup(warmup, total);
+  else if (sched == "constant") lambda = algos::core_algos::get_constant_schedule_with_warmup(warmup);
   else throw ValueError("config key 'optim.lr_scheduler': unknown schedule '" + sched + "' (cosine, constant)");
-  core_algos::LambdaLR scheduler(opt, lambda);
+  algos::core_algos::LambdaLR scheduler(opt, lambda);
   const double clip = c.get_double("optim.clip_grad");
   const int64_t test_freq = c.get_int("trainer.test_freq");
   const std::string out_dir = c.get_string("trainer.default_local_dir");

@@ -1,6 +1,5 @@
 #pragma once
-// Trainer-internal helpers: verl's data/timing/throughput metrics, sequence balancing and
-// the progress line.
+// Trainer-internal helpers: sequence balancing and the progress line.
 
 #include <hyflow/dataproto/data_proto.hpp>
 
@@ -10,11 +9,6 @@
 
 namespace hyflow::trainer {
 
-/// critic/score|rewards|advantages|returns|values/{mean,max,min}, critic/vf_explained_var,
-/// response_length/{mean,max,min,clip_ratio}, prompt_length/{mean,max,min,clip_ratio}.
-void add_data_metrics(const DataProto& batch, bool use_critic, nlohmann::json& metrics);
-/// timing_per_token_ms/*, perf/total_num_tokens, perf/time_per_step, perf/throughput.
-void add_timing_and_throughput_metrics(const DataProto& batch, int64_t world, nlohmann::json& metrics);
 /// Reorders rows so each of `world` equal-size contiguous chunks carries about the same
 /// attention workload (24576·s + s², s = valid tokens); logs global_seqlen/*.
 void balance_batch(DataProto& batch, int64_t world, nlohmann::json& metrics);

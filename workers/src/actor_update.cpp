@@ -5,7 +5,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/models/response_scores.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 #include <hyflow/workers/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
@@ -54,7 +54,7 @@ DataProto ActorRolloutRefWorker::update_actor(DataProto data) {
   // verl's on-policy shortcut: one mini-batch, one epoch -> the old policy is the current one
   const bool on_policy = mini_batches.size() == 1 && a.ppo_epochs == 1;
   if (!on_policy) detail::require_keys(data, {"old_log_probs"}, method);
-  const auto policy_loss_fn = core_algos::get_policy_loss_fn(a.loss.policy_loss.loss_mode);
+  const auto policy_loss_fn = algos::core_algos::get_policy_loss_fn(a.loss.policy_loss.loss_mode);
   const bool with_entropy = a.entropy_coeff != 0.0 || a.calculate_entropy;
   const ForwardBatching micro_batching{.micro_batch_size_per_gpu = a.ppo_micro_batch_size_per_gpu,
                                        .use_dynamic_bsz = a.use_dynamic_bsz,
@@ -82,13 +82,13 @@ DataProto ActorRolloutRefWorker::update_actor(DataProto data) {
                                  is_weights);
         auto policy_loss = pg.pg_loss;
         if (with_entropy) {
-          auto entropy = core_algos::agg_loss(scores.entropy, mask, a.loss.loss_agg_mode);
+          auto entropy = algos::core_algos::agg_loss(scores.entropy, mask, a.loss.loss_agg_mode);
           if (a.entropy_coeff != 0.0) policy_loss = policy_loss - entropy * a.entropy_coeff;
           metrics.add("actor/entropy", entropy.item<double>());
         }
         if (a.use_kl_loss) {
-          auto kld = core_algos::kl_penalty(log_prob, mb.batch.at("ref_log_prob"), a.kl_loss_type);
-          auto kl_loss = core_algos::agg_loss(kld, mask, a.loss.loss_agg_mode);
+          auto kld = algos::core_algos::kl_penalty(log_prob, mb.batch.at("ref_log_prob"), a.kl_loss_type);
+          auto kl_loss = algos::core_algos::agg_loss(kld, mask, a.loss.loss_agg_mode);
           policy_loss = policy_loss + kl_loss * a.kl_loss_coef;
           kl_loss_sum += kl_loss.item<double>() * scale;
         }

@@ -99,7 +99,7 @@ void read_forward(Section& s, ForwardBatching& f, const char* micro_key, const c
 void check_kl_type(const std::string& type, const std::string& path) {
   try {
     auto x = torch::zeros({1, 1});
-    (void)core_algos::kl_penalty(x, x, type);
+    (void)algos::core_algos::kl_penalty(x, x, type);
   } catch (const Error& e) {
     throw ValueError("config key '" + path + "' has an unknown KL type '" + type + "' (" + e.what() + ")");
   }
@@ -137,7 +137,7 @@ void read_actor(Section s, ActorSection& a) {
     p.ignore({"_target_"});
     p.finish();
     try {
-      (void)core_algos::get_policy_loss_fn(l.policy_loss.loss_mode);
+      (void)algos::core_algos::get_policy_loss_fn(l.policy_loss.loss_mode);
     } catch (const Error& e) {
       throw ValueError("config key '" + p.key_path("loss_mode") + "': " + e.what());
     }

@@ -4,7 +4,7 @@
 
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/process_group.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 #include <hyflow/workers/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
@@ -100,12 +100,12 @@ DataProto CriticWorker::update_critic(DataProto data) {
                                  : 1.0 / static_cast<double>(micro.batches.size());
         auto vpreds = response_values(mb);
         const auto& mask = mb.batch.at("response_mask");
-        auto vf = core_algos::compute_value_loss(vpreds, mb.batch.at("returns"), mb.batch.at("values"), mask,
+        auto vf = algos::core_algos::compute_value_loss(vpreds, mb.batch.at("returns"), mb.batch.at("values"), mask,
                                                  config_.cliprange_value, config_.loss_agg_mode);
         (vf.vf_loss * scale).backward();
         metrics[0].second.push_back(vf.vf_loss.item<double>() * scale);
         metrics[1].second.push_back(vf.vf_clipfrac.item<double>());
-        metrics[2].second.push_back(core_algos::masked_mean(vpreds.detach(), mask).item<double>());
+        metrics[2].second.push_back(algos::core_algos::masked_mean(vpreds.detach(), mask).item<double>());
       }
       metrics[3].second.push_back(optimizer_->step(config_.grad_clip));
     }

@@ -2,7 +2,7 @@
 
 #include <hyflow/actors/worker.hpp>
 #include <hyflow/parallel/process_group.hpp>
-#include <hyflow/trainer/lr_schedule.hpp>
+#include <hyflow/algos/lr_schedule.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -94,14 +94,14 @@ DataParallelOptimizer::DataParallelOptimizer(std::vector<at::Tensor> parameters,
 DataParallelOptimizer::~DataParallelOptimizer() = default;
 
 void DataParallelOptimizer::reset_schedule(int64_t steps) {
-  core_algos::LrLambda lambda =
+  algos::core_algos::LrLambda lambda =
       config_.lr_scheduler_type == "cosine"
-          ? core_algos::get_cosine_schedule_with_warmup(warmup_steps_, config_.total_training_steps,
+          ? algos::core_algos::get_cosine_schedule_with_warmup(warmup_steps_, config_.total_training_steps,
                                                         config_.min_lr_ratio, config_.num_cycles)
-          : core_algos::get_constant_schedule_with_warmup(warmup_steps_);
+          : algos::core_algos::get_constant_schedule_with_warmup(warmup_steps_);
   scheduler_.reset();
   for (auto& g : optimizer_->param_groups()) g.options().set_lr(config_.lr);
-  scheduler_ = std::make_unique<core_algos::LambdaLR>(*optimizer_, std::move(lambda));
+  scheduler_ = std::make_unique<algos::core_algos::LambdaLR>(*optimizer_, std::move(lambda));
   for (int64_t i = 0; i < steps; ++i) scheduler_->step();
   scheduler_steps_ = steps;
 }

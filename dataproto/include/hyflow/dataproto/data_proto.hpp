@@ -176,6 +176,7 @@ namespace hyflow {
 using dataproto::collate;
 using dataproto::DataProto;
 using dataproto::DataProtoItem;
+using dataproto::kAutoPaddingKey;
 using dataproto::pad_dataproto_to_divisor;
 using dataproto::unpad_dataproto;
 }  // namespace hyflow

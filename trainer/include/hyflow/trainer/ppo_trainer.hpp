@@ -49,8 +49,4 @@ class PPOTrainer {
 int run_ppo_app(int argc, char** argv, const std::string& program,
                 const std::vector<std::pair<std::string, std::string>>& defaults);
 
-/// Reduces worker metric lists (nested per rank) like verl's reduce_metrics: keys that
-/// contain "max" take the max, then "min" the min, else the mean.
-double reduce_metric(const std::string& name, const nlohmann::json& values);
-
 }  // namespace hyflow::trainer

@@ -8,7 +8,7 @@
 
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/models/tokenizer.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -26,7 +26,7 @@ struct RewardOutput {
 };
 
 /// A batched reward function (verl's batch manager): one result per row.
-using BatchComputeScoreFn = std::function<std::vector<reward_score::ScoreResult>(
+using BatchComputeScoreFn = std::function<std::vector<algos::reward_score::ScoreResult>(
     const std::vector<std::string>& data_sources, const std::vector<std::string>& solution_strs,
     const std::vector<nlohmann::json>& ground_truths, const std::vector<nlohmann::json>& extra_infos)>;
 

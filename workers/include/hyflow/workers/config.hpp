@@ -5,7 +5,7 @@
 // and any value of the wrong type or out of range, is a hyflow::ValueError / KeyError naming
 // the full key path ("actor_rollout_ref.actor.ppo_epochs").
 
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -54,7 +54,7 @@ struct ActorSection {
   double kl_loss_coef = 0.001;
   std::string kl_loss_type = "low_var_kl";
   double grad_clip = 1.0;
-  core_algos::ActorConfig loss;  ///< clip ratios, loss_agg_mode, policy_loss, tau_*
+  algos::core_algos::ActorConfig loss;  ///< clip ratios, loss_agg_mode, policy_loss, tau_*
   OptimConfig optim;
 };
 

@@ -75,7 +75,7 @@ class DataParallelOptimizer {
   OptimConfig config_;
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<core_algos::LambdaLR> scheduler_;
+  std::unique_ptr<algos::core_algos::LambdaLR> scheduler_;
   int64_t scheduler_steps_ = 0;
   int64_t warmup_steps_ = 0;
 };

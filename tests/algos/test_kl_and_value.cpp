@@ -1,13 +1,13 @@
 // KL estimators, controllers, in-reward KL penalty, value and entropy losses.
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include "test_helpers.hpp"
 
 #include <cmath>
 
-using namespace hyflow::core_algos;
+using namespace hyflow::algos::core_algos;
 using hyflow::test::f64;
 using hyflow::test::i64;
 using hyflow::test::require_close;
@@ -116,13 +116,13 @@ TEST_CASE("entropy loss aggregates token entropies over the mask") {
 TEST_CASE("PF-PPO resampling follows the score weights, rows, columns and per-row meta_info") {
   torch::manual_seed(7);
   hyflow::DataProto data(hyflow::TensorDict{{"token_level_scores", f64({{0, 0}, {0, 0}, {1, 2}})}});
-  data.non_tensor_batch["uid"] = hyflow::Column{"a", "b", "c"};
+  data.non_tensor_batch["uid"] = hyflow::dataproto::Column{"a", "b", "c"};
   data.meta_info = {{"temperature", 1.0}, {"per_row", {10, 20, 30}}};
   // pow: weights {1e-8, 1e-8, 9 + 1e-8}: every draw picks row 2
   auto out = compute_pf_ppo_reweight_data(data, "pow", 2.0);
   REQUIRE(out.size() == 3);
   require_close(out.batch.at("token_level_scores"), f64({{1, 2}, {1, 2}, {1, 2}}));
-  REQUIRE(out.non_tensor_batch.at("uid") == hyflow::Column{"c", "c", "c"});
+  REQUIRE(out.non_tensor_batch.at("uid") == hyflow::dataproto::Column{"c", "c", "c"});
   REQUIRE(out.meta_info["per_row"] == hyflow::Json({30, 30, 30}));
   REQUIRE(out.meta_info["temperature"] == 1.0);
 

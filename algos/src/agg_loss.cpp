@@ -1,12 +1,12 @@
 // Loss aggregation (verl agg_loss) and the value / entropy losses built on it.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 /// A count used as a divisor; 0 (an all-masked micro-batch) becomes 1 so the loss is 0, not NaN.
@@ -73,4 +73,4 @@ at::Tensor compute_entropy_loss(const at::Tensor& logits, const at::Tensor& resp
   return agg_loss(token_entropy, response_mask, loss_agg_mode);
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

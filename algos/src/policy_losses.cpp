@@ -1,14 +1,14 @@
 // Policy losses of verl core_algos.py, signature (old_log_prob, log_prob, advantages,
 // response_mask, loss_agg_mode, config, rollout_is_weights) -> {pg_loss, pg_metrics}.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 using OptTensor = std::optional<at::Tensor>;
@@ -269,4 +269,4 @@ PolicyLossOutput compute_policy_loss_cispo(const at::Tensor& old_log_prob, const
           {{"actor/pg_clipfrac", item(pg_clipfrac)}, {"actor/ppo_kl", item(ppo_kl)}, {"actor/pg_clipfrac_lower", 0.0}}};
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

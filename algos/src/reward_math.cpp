@@ -1,12 +1,12 @@
 // Hendrycks-MATH scorer (verl reward_score/math_reward.py): last boxed answer, normalised by
 // strip_string, compared for equality.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include "string_utils.hpp"
 
 
-namespace hyflow::reward_score::math {
+namespace hyflow::algos::reward_score::math {
 namespace {
 
 using detail::contains;
@@ -156,4 +156,4 @@ double compute_score(const std::string& solution_str, const std::string& ground_
   return 0.0;
 }
 
-}  // namespace hyflow::reward_score::math
+}  // namespace hyflow::algos::reward_score::math

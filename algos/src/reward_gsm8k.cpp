@@ -1,12 +1,12 @@
 // GSM8K scorer (verl reward_score/gsm8k.py).
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include "string_utils.hpp"
 
 #include <regex>
 
-namespace hyflow::reward_score::gsm8k {
+namespace hyflow::algos::reward_score::gsm8k {
 namespace {
 // Regex matching on long strings is slow: only the tail can hold the final answer.
 constexpr size_t kSolutionClipChars = 300;
@@ -41,4 +41,4 @@ double compute_score(const std::string& solution_str, const std::string& ground_
   return *answer == ground_truth ? score : format_score;
 }
 
-}  // namespace hyflow::reward_score::gsm8k
+}  // namespace hyflow::algos::reward_score::gsm8k

@@ -1,7 +1,7 @@
 // Advantage estimators (verl core_algos.py). Group statistics are computed with the same
 // 0-dim tensor ops as verl so dtype promotion (float32 singleton μ/σ, float32 GPG α) matches.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 using Index = std::vector<std::string>;
@@ -310,4 +310,4 @@ AdvantageOutput compute_gpg_outcome_advantage(const at::Tensor& token_level_rewa
   return {advantages, advantages};
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

@@ -1,14 +1,14 @@
 // Name -> function registries for advantage estimators and policy losses (verl's
 // register_adv_est / register_policy_loss), pre-filled with the built-ins.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 template <class Fn>
@@ -178,4 +178,4 @@ std::vector<std::string> registered_policy_losses() {
   return names;
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

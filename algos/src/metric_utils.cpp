@@ -1,11 +1,11 @@
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/metric_utils.hpp>
+#include <hyflow/algos/metric_utils.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-namespace hyflow::metric_utils {
+namespace hyflow::algos::metric_utils {
 namespace {
 
 double mean_of(const std::vector<double>& v) {
@@ -215,4 +215,4 @@ nlohmann::json validation_metric_sections(const ValidationMetrics& metrics) {
   return out;
 }
 
-}  // namespace hyflow::metric_utils
+}  // namespace hyflow::algos::metric_utils

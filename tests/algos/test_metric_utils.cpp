@@ -2,11 +2,11 @@
 // the bootstrap figures were computed with numpy: np.random.seed(42) then
 // np.random.choice(n, size=(1000, k), replace=True), as verl's bootstrap_metric does.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/metric_utils.hpp>
+#include <hyflow/algos/metric_utils.hpp>
 
 #include <catch2/catch.hpp>
 
-using namespace hyflow::metric_utils;
+using namespace hyflow::algos::metric_utils;
 using Json = nlohmann::json;
 
 TEST_CASE("bootstrap_metric draws numpy's RandomState(42) indices: best and worst of 2 out of 5") {

@@ -1,6 +1,6 @@
 // LR multiplier schedules (verl torch_functional.py) and a LambdaLR for LibTorch optimizers.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/lr_schedule.hpp>
+#include <hyflow/algos/lr_schedule.hpp>
 
 #include <torch/torch.h>
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 void check_ratio(double value, const char* name) {
@@ -91,4 +91,4 @@ std::vector<double> LambdaLR::get_last_lr() const {
   return lrs;
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

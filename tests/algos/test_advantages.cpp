@@ -1,12 +1,12 @@
 // Advantage estimators on small batches whose values are derived by hand in the comments.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include "test_helpers.hpp"
 
 #include <cmath>
 
-using namespace hyflow::core_algos;
+using namespace hyflow::algos::core_algos;
 using hyflow::test::col;
 using hyflow::test::f64;
 using hyflow::test::i64;

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hyflow::reward_score::detail {
+namespace hyflow::algos::reward_score::detail {
 
 /// str.replace(from, to): all non-overlapping occurrences, left to right.
 inline std::string replace_all(std::string s, std::string_view from, std::string_view to) {
@@ -90,4 +90,4 @@ inline std::optional<std::string> balanced_brace_span(const std::string& s, size
   return std::nullopt;
 }
 
-}  // namespace hyflow::reward_score::detail
+}  // namespace hyflow::algos::reward_score::detail

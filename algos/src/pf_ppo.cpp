@@ -1,14 +1,14 @@
 // PF-PPO resampling (verl core_algos.compute_pf_ppo_reweight_data).
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
 #include <string>
 #include <vector>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 at::Tensor pf_ppo_weights(const at::Tensor& scores, const std::string& method, double weight_pow) {
@@ -47,4 +47,4 @@ DataProto compute_pf_ppo_reweight_data(const DataProto& data, const std::string&
   return out;
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 
 /// Σ values·mask over `axis` (all elements when empty). Values at masked positions are
 /// replaced by 0 first, so NaN/Inf outside the mask never leak into the sum.
@@ -48,4 +48,4 @@ at::Tensor calculate_sum_pi_squared_from_logits(const at::Tensor& logits);
 at::Tensor get_response_mask(const at::Tensor& response_id, const std::vector<int64_t>& eos_token,
                              at::ScalarType dtype = at::kLong);
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

@@ -1,13 +1,13 @@
 // masked statistics, entropy/log-prob helpers, response mask and LR schedules.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include "test_helpers.hpp"
 
 #include <cmath>
 #include <limits>
 
-using namespace hyflow::core_algos;
+using namespace hyflow::algos::core_algos;
 using hyflow::test::f64;
 using hyflow::test::i64;
 using hyflow::test::require_close;

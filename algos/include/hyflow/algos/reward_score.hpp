@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow::reward_score {
+namespace hyflow::algos::reward_score {
 
 /// A scorer's result. verl scorers return a float or a dict with "score": `extra_info` holds
 /// the dict's other keys (e.g. acc, pred for math_dapo) and is an empty object otherwise.
@@ -104,4 +104,4 @@ void register_compute_score(const std::string& name, ComputeScoreFn fn, bool ove
 ComputeScoreFn get_compute_score(const std::string& name);
 std::vector<std::string> registered_compute_scores();
 
-}  // namespace hyflow::reward_score
+}  // namespace hyflow::algos::reward_score

@@ -14,7 +14,11 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow::metric_utils {
+namespace hyflow::dataproto {
+class DataProto;
+}
+
+namespace hyflow::algos::metric_utils {
 
 /// One statistic of a bootstrap subset, given the indices drawn into it.
 using SubsetReduceFn = std::function<double(const std::vector<size_t>& subset)>;
@@ -48,4 +52,18 @@ ValidationMetrics process_validation_metrics(const std::vector<std::string>& dat
 /// or best at the largest n; everything else under "val-aux/".
 nlohmann::json validation_metric_sections(const ValidationMetrics& metrics);
 
-}  // namespace hyflow::metric_utils
+/// verl's compute_data_metrics into `metrics`: critic/score|rewards|advantages|returns|values
+/// /{mean,max,min}, critic/vf_explained_var (with a critic), response_length/{mean,max,min,
+/// clip_ratio}, prompt_length/{mean,max,min,clip_ratio}.
+void compute_data_metrics(const dataproto::DataProto& batch, bool use_critic, nlohmann::json& metrics);
+/// verl's compute_timing_metrics and compute_throughout_metrics from the timing_s/* entries
+/// already in `metrics`: timing_per_token_ms/*, perf/total_num_tokens, perf/time_per_step,
+/// perf/throughput (tokens per second per rank over `world` ranks).
+void compute_timing_and_throughput_metrics(const dataproto::DataProto& batch, int64_t world,
+                                           nlohmann::json& metrics);
+/// Reduces one metric's values gathered from the workers (nested per rank) like verl's
+/// reduce_metrics: names containing "max" take the max, then "min" the min, else the mean.
+/// ValueError naming the metric when it holds a non-number or no value.
+double reduce_metric(const std::string& name, const nlohmann::json& values);
+
+}  // namespace hyflow::algos::metric_utils

@@ -1,12 +1,12 @@
 // Rule reward scorers, default_compute_score routing and the reward-function registry.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <string>
 
-using namespace hyflow::reward_score;
+using namespace hyflow::algos::reward_score;
 using Json = nlohmann::json;
 
 TEST_CASE("gsm8k strict takes the last '#### n' and drops commas") {

@@ -2,14 +2,14 @@
 // ray_trainer.apply_kl_penalty).
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 at::Tensor kl_penalty_forward(const at::Tensor& logprob, const at::Tensor& ref_logprob, const std::string& type) {
@@ -89,4 +89,4 @@ std::map<std::string, double> apply_kl_penalty(DataProto& data, KLController& kl
   return {{"actor/reward_kl_penalty", current_kl}, {"actor/reward_kl_penalty_coeff", beta}};
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

@@ -11,7 +11,7 @@ namespace torch::optim {
 class Optimizer;
 }
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 
 /// step -> lr multiplier.
 using LrLambda = std::function<double(int64_t)>;
@@ -49,4 +49,4 @@ class LambdaLR {
   int64_t last_epoch_ = 0;
 };
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

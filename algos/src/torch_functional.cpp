@@ -1,12 +1,12 @@
 // verl's torch_functional helpers, op for op (see torch_functional.hpp).
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/torch_functional.hpp>
+#include <hyflow/algos/torch_functional.hpp>
 
 #include <torch/torch.h>
 
 #include <string>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 void check_same_shape(const at::Tensor& a, const at::Tensor& b, const char* what) {
@@ -111,4 +111,4 @@ at::Tensor get_response_mask(const at::Tensor& response_id, const std::vector<in
   return (eos_mask.cumsum(1) - eos_mask).eq(0).to(dtype);
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

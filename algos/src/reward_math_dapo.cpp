@@ -1,7 +1,7 @@
 // DAPO math scorer (verl reward_score/math_dapo.py): Minerva "Answer:" extraction and
 // normalisation, or a strict boxed comparison.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include "string_utils.hpp"
 
@@ -10,7 +10,7 @@
 #include <regex>
 #include <utility>
 
-namespace hyflow::reward_score::math_dapo {
+namespace hyflow::algos::reward_score::math_dapo {
 namespace {
 
 using detail::replace_all;
@@ -118,4 +118,4 @@ ScoreResult compute_score(const std::string& solution_str, const std::string& gr
   return {correct ? 1.0 : -1.0, {{"acc", correct}, {"pred", pred}}};
 }
 
-}  // namespace hyflow::reward_score::math_dapo
+}  // namespace hyflow::algos::reward_score::math_dapo

@@ -1,6 +1,6 @@
 // Optimal token baseline (verl core_algos.py, OTB and its multi-turn "TIR" variant).
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include <torch/torch.h>
 
@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 namespace {
 
 void check_inputs(const at::Tensor& rewards, const at::Tensor& mask, const at::Tensor& old_log_probs,
@@ -150,4 +150,4 @@ AdvantageOutput compute_multi_turn_optimal_token_baseline_advantage(
   return {advantages, token_returns};
 }
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

@@ -5,8 +5,8 @@
 // the per-row uid (grouping is by value, rows need not be contiguous).
 // Differences from verl are listed in docs/algorithms.md.
 
-#include <hyflow/trainer/lr_schedule.hpp>
-#include <hyflow/trainer/torch_functional.hpp>
+#include <hyflow/algos/lr_schedule.hpp>
+#include <hyflow/algos/torch_functional.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -19,11 +19,14 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::dataproto {
 class DataProto;
 }
+namespace hyflow {
+using dataproto::DataProto;
+}
 
-namespace hyflow::core_algos {
+namespace hyflow::algos::core_algos {
 
 // ---------------------------------------------------------------------------------------
 // Configs (verl key names and defaults)
@@ -329,4 +332,4 @@ std::unique_ptr<KLController> get_kl_controller(const KLControlConfig& kl_ctrl);
 std::map<std::string, double> apply_kl_penalty(DataProto& data, KLController& kl_ctrl,
                                                const std::string& kl_penalty = "kl");
 
-}  // namespace hyflow::core_algos
+}  // namespace hyflow::algos::core_algos

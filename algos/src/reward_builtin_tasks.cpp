@@ -1,7 +1,7 @@
 // Scorers for hyflow's built-in synthetic tasks: arithmetic ("a+b=" -> number) and
 // countdown (reach a target with + - * / over given numbers).
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include "string_utils.hpp"
 
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <regex>
 
-namespace hyflow::reward_score {
+namespace hyflow::algos::reward_score {
 
 namespace arithmetic {
 namespace {
@@ -211,4 +211,4 @@ double compute_score(const std::string& solution_str, const nlohmann::json& grou
 }
 
 }  // namespace countdown
-}  // namespace hyflow::reward_score
+}  // namespace hyflow::algos::reward_score

@@ -1,14 +1,14 @@
 // default_compute_score routing (verl reward_score/__init__.py) and the registry of named
 // reward functions.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/reward_score.hpp>
+#include <hyflow/algos/reward_score.hpp>
 
 #include <array>
 #include <map>
 #include <mutex>
 #include <sstream>
 
-namespace hyflow::reward_score {
+namespace hyflow::algos::reward_score {
 namespace {
 
 bool one_of(const std::string& s, std::initializer_list<std::string_view> names) {
@@ -104,4 +104,4 @@ std::vector<std::string> registered_compute_scores() {
   return names;
 }
 
-}  // namespace hyflow::reward_score
+}  // namespace hyflow::algos::reward_score

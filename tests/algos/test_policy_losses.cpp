@@ -1,12 +1,12 @@
 // Policy losses and loss aggregation with hand-derived values.
 #include <hyflow/core/error.hpp>
-#include <hyflow/trainer/core_algos.hpp>
+#include <hyflow/algos/core_algos.hpp>
 
 #include "test_helpers.hpp"
 
 #include <cmath>
 
-using namespace hyflow::core_algos;
+using namespace hyflow::algos::core_algos;
 using hyflow::test::col;
 using hyflow::test::f64;
 using hyflow::test::i64;
