@@ -5,13 +5,13 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core dataproto actors cluster parallel cuda models algos workers trainer apps)
+set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models workers trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_dataproto core)
 set(HYFLOW_MODULE_DEPS_actors dataproto)
 set(HYFLOW_MODULE_DEPS_cluster actors)
-set(HYFLOW_MODULE_DEPS_parallel core)
+set(HYFLOW_MODULE_DEPS_parallel algos)
 set(HYFLOW_MODULE_DEPS_cuda core)
 set(HYFLOW_MODULE_DEPS_models cuda dataproto)
 set(HYFLOW_MODULE_DEPS_algos dataproto)

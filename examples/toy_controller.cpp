@@ -1,6 +1,7 @@
 // A toy single controller: a "critic" worker class scores rows and learns a bias; the
 // controller drives four workers with ordinary-looking calls.
 #include <hyflow/actors/all.hpp>
+#include <hyflow/parallel/process_group.hpp>
 
 #include <torch/torch.h>
 
@@ -25,9 +26,18 @@ class ToyCritic : public hyflow::Worker {
     const double loss = err.pow(2).mean().item<double>();
     // All ranks agree on one step: average the gradient over the group (gloo all-reduce).
     auto grad = err.mean().reshape({1}).to(torch::kFloat64);
-    process_group().all_reduce(grad, hyflow::ReduceOp::avg);
+    process_group().all_reduce(grad, hyflow::parallel::ReduceOp::avg);
     bias_ += lr_ * grad.item<double>();
     return Json{{"critic/loss", loss}, {"critic/bias", bias_}, {"rank", rank()}};
+  }
+
+  // The gloo group of this worker group, kept by the worker's host (shared with any role
+  // colocated in the same worker); creating it is a rendezvous of every rank.
+  hyflow::parallel::ProcessGroup& process_group() {
+    return *host().get_or_create<hyflow::parallel::ProcessGroup>([this] {
+      return std::make_shared<hyflow::parallel::ProcessGroup>(hyflow::parallel::ProcessGroupOptions{
+          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port()});
+    });
   }
 
   static void define_methods(hyflow::MethodTable<ToyCritic>& t) {

@@ -3,16 +3,17 @@
 // pipeline itself (worker_group.cpp) never sees CAF.
 #include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/caf_protocol.hpp>
-#include <hyflow/actors/cluster.hpp>
 #include <hyflow/actors/colocated.hpp>
-#include <hyflow/actors/data_plane.hpp>
 #include <hyflow/actors/detail/pending_call.hpp>
+#include <hyflow/actors/payload_transfer.hpp>
 #include <hyflow/actors/runtime.hpp>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -37,18 +38,18 @@ inline caf::error make_error(errc code, std::string kind, std::string message) {
 
 namespace {
 
-/// The class of an exception, for messages ("ValueError: ...").
+/// The class of an exception, for messages ("ValueError: ..."): the unqualified name of a
+/// hyflow error's dynamic type (DataPlaneError, ClusterError, ... from modules above this one
+/// included), "std::exception" for anything else.
 std::string kind_of(const std::exception& e) {
-  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
-  if (dynamic_cast<const KeyError*>(&e)) return "KeyError";
-  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
-  if (dynamic_cast<const FormatError*>(&e)) return "FormatError";
-  if (dynamic_cast<const DataPlaneError*>(&e)) return "DataPlaneError";
-  if (dynamic_cast<const BindError*>(&e)) return "BindError";
-  if (dynamic_cast<const NotSupportedError*>(&e)) return "NotSupportedError";
-  if (dynamic_cast<const CallError*>(&e)) return "CallError";
-  if (dynamic_cast<const Error*>(&e)) return "Error";
-  return "std::exception";
+  if (!dynamic_cast<const Error*>(&e)) return "std::exception";
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status),
+                                              std::free);
+  if (status != 0 || !name) return "Error";
+  std::string full(name.get());
+  const auto colon = full.rfind("::");
+  return colon == std::string::npos ? full : full.substr(colon + 2);
 }
 
 /// Whether this process's CAF connections are TLS (the data plane is not encrypted).
@@ -70,7 +71,8 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
         try {
           st.spec = WorkerSpec::from_json(Json::parse(spec_json));
           st.env = WorkerEnv::from_json(Json::parse(env_json));
-          WorkerEnvScope scope(st.env);  // constructors can read rank(), world_size(), ...
+          // constructors can read rank(), world_size(), ...; every role shares this worker's host
+          WorkerEnvScope scope(st.env, std::make_shared<WorkerHost>());
           st.created = create_worker(st.spec);
           return st.env.name;
         } catch (const std::exception& e) {
@@ -84,12 +86,13 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
           const MethodEntry& entry = st.created.table->at(method, st.spec.type);
           // Large DataProtos to and from another process travel over the data plane.
           const bool remote = self->current_sender() && self->current_sender()->node() != self->node();
-          if (remote) import_refs(args, DataPlane::process_options().io_timeout);
+          const auto transfer = remote ? payload_transfer() : nullptr;
+          if (transfer) transfer->import_handles(args);
           if (entry.options.materialize_futures)
             for (auto& a : args)
               if (a.is_future()) a = a.materialized();
           Value result = entry.invoke(*st.created.worker, args);
-          if (remote && data_plane_in_use(uses_tls(self->system()))) export_large(result, /*expires=*/true);
+          if (transfer && transfer->in_use(uses_tls(self->system()))) transfer->export_large(result, /*expires=*/true);
           return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.
@@ -233,17 +236,16 @@ bool has_pending_future(const std::vector<Value>& args) {
 /// serving down messages and deadlines meanwhile), which then delivers or fails the rank.
 /// False when `v` holds no handle: the caller delivers it.
 bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& call, size_t i, int rank, Value& v) {
-  auto refs = object_refs_in(v);
-  if (refs.empty()) return false;
-  const auto timeout = DataPlane::process_options().io_timeout;
+  auto transfer = payload_transfer();
+  if (!transfer || !transfer->has_handles(v)) return false;
   if (call->settled(i)) {  // too late (deadline, death): free the objects at their holder
-    for (const auto& r : refs) DataPlane::discard(r, timeout);
+    transfer->discard_handles(v);
     return true;
   }
   auto result = std::make_shared<Value>(std::move(v));
-  auto pull = [call, i, rank, timeout, label = rank_label(self->state, rank), result] {
+  auto pull = [call, i, rank, transfer, label = rank_label(self->state, rank), result] {
     try {
-      import_refs(*result, timeout);
+      transfer->import_handles(*result);
       call->deliver(i, std::move(*result));
     } catch (const std::exception& e) {
       call->fail(i, std::make_exception_ptr(CallError(
@@ -268,12 +270,10 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
     try {  // resolved futures become plain values for the wire; large DataProtos go by data plane
       for (auto& a : args)
         if (a.is_future()) a = a.materialized();
-      std::vector<ObjectRef> refs;
-      if (data_plane_in_use(uses_tls(self->system()))) refs = export_large(args, /*expires=*/false);
-      if (!refs.empty())  // fetched by the worker, or freed here once the rank settles
-        call->on_settled(i, [refs] {
-          for (const auto& r : refs) DataPlane::process().release(r.id);
-        });
+      const auto transfer = payload_transfer();
+      if (transfer && transfer->in_use(uses_tls(self->system())))
+        if (auto release = transfer->export_large(args, /*expires=*/false))
+          call->on_settled(i, std::move(release));  // fetched by the worker, or freed once the rank settles
     } catch (...) {
       call->fail(i, std::current_exception());
       if (call->done()) st.calls.erase(id);
@@ -422,16 +422,8 @@ struct RuntimeConfig : caf::actor_system_config {
         set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
       if (o.connection_timeout_ms > 0)
         set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
-      // CAF aborts or hangs on a bad file: check them first (ValueError naming the file)
-      if (check_tls_files(o.tls_cert, o.tls_key, o.tls_ca, {"tls_cert", "tls_key", "tls_ca"})) {
-        load<caf::openssl::manager>();  // after the middleman, which it needs
-        openssl_certificate = o.tls_cert;
-        openssl_key = o.tls_key;
-        openssl_cafile = o.tls_ca;
-      }
-    } else if (!o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty()) {
-      throw ValueError("RuntimeOptions: TLS files given without network = true");
     }
+    if (o.configure_system) o.configure_system(*this);  // e.g. the cluster module's TLS, after the middleman
   }
 };
 

@@ -1,7 +1,6 @@
 #include <hyflow/actors/worker.hpp>
 #include <hyflow/actors/worker_registry.hpp>
 #include <hyflow/core/named_registry.hpp>
-#include <hyflow/parallel/process_group.hpp>
 
 namespace hyflow {
 
@@ -36,13 +35,24 @@ WorkerEnv WorkerEnv::from_json(const Json& j) {
 namespace detail {
 namespace {
 thread_local const WorkerEnv* current_env = nullptr;
+thread_local std::shared_ptr<WorkerHost> current_host;
+}  // namespace
+WorkerEnvScope::WorkerEnvScope(const WorkerEnv& env, std::shared_ptr<WorkerHost> host)
+    : previous_env_(current_env), previous_host_(std::move(current_host)) {
+  current_env = &env;
+  current_host = std::move(host);
 }
-WorkerEnvScope::WorkerEnvScope(const WorkerEnv& env) : previous_(current_env) { current_env = &env; }
-WorkerEnvScope::~WorkerEnvScope() { current_env = previous_; }
+WorkerEnvScope::~WorkerEnvScope() {
+  current_env = previous_env_;
+  current_host = std::move(previous_host_);
+}
 }  // namespace detail
 
-Worker::Worker() : env_(detail::current_env ? *detail::current_env : WorkerEnv{}) {}
-Worker::Worker(WorkerEnv env) : env_(std::move(env)) {}
+Worker::Worker()
+    : env_(detail::current_env ? *detail::current_env : WorkerEnv{}),
+      host_(detail::current_host ? detail::current_host : std::make_shared<WorkerHost>()) {}
+Worker::Worker(WorkerEnv env, std::shared_ptr<WorkerHost> host)
+    : env_(std::move(env)), host_(host ? std::move(host) : std::make_shared<WorkerHost>()) {}
 Worker::~Worker() = default;
 
 void Worker::register_dispatch_collect_info(const std::string& mesh, int64_t dp_rank, bool is_collect) {
@@ -65,17 +75,6 @@ bool Worker::query_collect_info(const std::string& mesh) const {
     throw KeyError("mesh '" + mesh + "' is not registered on rank " + std::to_string(rank()) +
                    " (call register_dispatch_collect_info first)");
   return it->second.is_collect;
-}
-
-ProcessGroup& Worker::process_group() {
-  if (!process_group_) {
-    if (env_.master_port <= 0)
-      throw ValueError("rank " + std::to_string(rank()) + " has no MASTER_PORT: process groups need a worker group");
-    process_group_ = std::make_unique<ProcessGroup>(ProcessGroupOptions{
-        .rank = env_.rank, .world_size = env_.world_size, .master_addr = env_.master_addr,
-        .master_port = env_.master_port});
-  }
-  return *process_group_;
 }
 
 void Worker::exit_worker(const std::string& reason) { throw detail::WorkerExit{reason}; }

@@ -2,7 +2,7 @@
 // the transport (CAF) only carries per-rank calls and reports answers and failures.
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/worker_group.hpp>
-#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/core/net.hpp>
 
 #include <iostream>
 

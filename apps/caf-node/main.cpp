@@ -1,6 +1,6 @@
 // caf-node: one per machine. Publishes a node manager that spawns registered worker types for
 // controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM.
-#include <hyflow/actors/cluster.hpp>
+#include <hyflow/cluster/all.hpp>
 
 #include "test_workers.hpp"
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     std::cout << "caf-node: hosts hyflow workers for a remote controller\n" << desc << "\n";
     return 0;
   }
-  hyflow::NodeOptions options;
+  hyflow::cluster::NodeOptions options;
   options.bind = vm["bind"].as<std::string>();
   options.port = vm["port"].as<int>();
   options.heartbeat_interval_ms = vm["heartbeat-ms"].as<int>();
@@ -61,13 +61,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto flag = [&](const char* name) { return vm.count(name) ? vm[name].as<std::string>() : std::string(); };
-  options.tls_cert = flag("tls-cert");
-  options.tls_key = flag("tls-key");
-  options.tls_ca = flag("tls-ca");
+  options.tls = {flag("tls-cert"), flag("tls-key"), flag("tls-ca")};
   try {
-    if (vm.count("secret-file")) options.secret = hyflow::read_secret_file(vm["secret-file"].as<std::string>());
+    if (vm.count("secret-file")) options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
     // A bad TLS file makes CAF abort at the first connection: check them all before starting.
-    hyflow::check_tls_files(options.tls_cert, options.tls_key, options.tls_ca, {"--tls-cert", "--tls-key", "--tls-ca"});
+    hyflow::cluster::check_tls_files(options.tls, {"--tls-cert", "--tls-key", "--tls-ca"});
   } catch (const std::exception& e) {
     std::cerr << "caf-node: " << e.what() << "\n";
     return 2;
@@ -88,15 +86,15 @@ int main(int argc, char** argv) {
     const pid_t parent = getppid();
     std::thread([parent] {
       while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      hyflow::cluster_log("parent process exited");
+      hyflow::cluster::cluster_log("parent process exited");
       kill(getpid(), SIGTERM);
     }).detach();
   }
   int signal = 0;
   try {
-    hyflow::NodeServer server(options);
+    hyflow::cluster::NodeServer server(options);
     if (options.secret.empty())
-      hyflow::cluster_log("warning: no --secret-file: any controller that reaches this port can run workers here");
+      hyflow::cluster::cluster_log("warning: no --secret-file: any controller that reaches this port can run workers here");
     const auto& info = server.info();
     std::string gpus = std::to_string(info.gpus) + " GPUs";
     for (size_t i = 0; i < info.gpu_names.size(); ++i)
@@ -104,21 +102,21 @@ int main(int argc, char** argv) {
               (i < info.gpu_memory_bytes.size()
                    ? " " + std::to_string(info.gpu_memory_bytes[i] / (1024 * 1024)) + " MiB"
                    : std::string());
-    hyflow::cluster_log("listening on " + info.address + (options.tls_cert.empty() ? "" : " over mutual TLS") +
+    hyflow::cluster::cluster_log("listening on " + info.address + (options.tls.empty() ? "" : " over mutual TLS") +
                         " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
     std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
-    hyflow::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
+    hyflow::cluster::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
     // A worker stuck in a long method cannot be preempted: give shutdown 10 s, then leave.
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::seconds(10));
-      hyflow::cluster_log("shutdown still waiting for a running worker method after 10 s; exiting");
+      hyflow::cluster::cluster_log("shutdown still waiting for a running worker method after 10 s; exiting");
       _exit(1);
     }).detach();
   } catch (const std::exception& e) {
-    hyflow::cluster_log(std::string("error: ") + e.what());
+    hyflow::cluster::cluster_log(std::string("error: ") + e.what());
     return 1;
   }
-  hyflow::cluster_log("stopped");
+  hyflow::cluster::cluster_log("stopped");
   return 0;
 }

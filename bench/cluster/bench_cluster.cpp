@@ -17,8 +17,8 @@
 #include "node_process.hpp"
 
 #include <hyflow/actors/all.hpp>
-#include <hyflow/actors/cluster.hpp>
-#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/cluster/all.hpp>
+#include <hyflow/cluster/data_plane.hpp>
 
 #include <torch/torch.h>
 
@@ -33,6 +33,7 @@
 #include <iostream>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -7,7 +7,7 @@
 #include <queue>
 #include <utility>
 
-namespace hyflow::seqlen_balancing {
+namespace hyflow::parallel::seqlen_balancing {
 namespace {
 
 using Item = std::pair<int64_t, int64_t>;  // (index, value), compared in that order
@@ -241,4 +241,4 @@ int64_t ceildiv(int64_t a, int64_t b) {
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
-}  // namespace hyflow::seqlen_balancing
+}  // namespace hyflow::parallel::seqlen_balancing

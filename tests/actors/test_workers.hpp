@@ -2,6 +2,7 @@
 // Small worker classes shared by the runtime tests.
 
 #include <hyflow/actors/all.hpp>
+#include <hyflow/parallel/process_group.hpp>
 
 #include <torch/torch.h>
 
@@ -68,10 +69,14 @@ class EchoWorker : public hyflow::Worker {
   }
   DataProto generate(DataProto batch) { return batch; }
   int throw_async(int r) { return throw_on_rank(r); }
-  // Collective inside a method.
+  // Collective inside a method, over the group kept by the worker's host.
   double all_reduce_rank() {
+    auto& pg = *host().get_or_create<hyflow::parallel::ProcessGroup>([this] {
+      return std::make_shared<hyflow::parallel::ProcessGroup>(hyflow::parallel::ProcessGroupOptions{
+          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port()});
+    });
     auto t = torch::full({2}, double(rank() + 1), torch::kFloat64);
-    process_group().all_reduce(t);
+    pg.all_reduce(t);
     return t[0].item<double>();
   }
   // Zero-copy check: the address of the first element of "x" on the worker.

@@ -3,7 +3,7 @@
 #include "test_workers.hpp"
 
 #include <hyflow/actors/caf_protocol.hpp>
-#include <hyflow/actors/cluster.hpp>
+#include <hyflow/cluster/all.hpp>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -19,6 +19,7 @@
 #include <future>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using namespace std::chrono_literals;
 
 namespace {

@@ -5,7 +5,7 @@
 #include "tls_files.hpp"
 
 #include <hyflow/actors/caf_protocol.hpp>
-#include <hyflow/actors/cluster.hpp>
+#include <hyflow/cluster/all.hpp>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -17,6 +17,7 @@
 #include <fstream>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
@@ -73,21 +74,14 @@ std::string tls_hello(const test::TlsFiles& files, int port) {
 
 /// A networked Runtime carrying the controller's TLS files.
 std::unique_ptr<Runtime> tls_runtime(const test::TlsFiles& f) {
-  RuntimeOptions o;
-  o.network = true;
-  o.tls_cert = f.cert;
-  o.tls_key = f.key;
-  o.tls_ca = f.ca;
-  return std::make_unique<Runtime>(o);
+  return std::make_unique<Runtime>(with_tls({.network = true}, f));
 }
 
 ClusterOptions tls_cluster(std::vector<std::string> nodes, const test::TlsFiles& f) {
   ClusterOptions o;
   o.nodes = std::move(nodes);
   o.connect_timeout = 3000ms;
-  o.tls_cert = f.cert;
-  o.tls_key = f.key;
-  o.tls_ca = f.ca;
+  o.tls = f;
   return o;
 }
 
@@ -109,21 +103,13 @@ TEST_CASE("caf-node refuses a partial or bad TLS file set at start-up, naming th
   CHECK(wrong_key.status == 2);
   CHECK_THAT(wrong_key.output, Contains("does not belong to the certificate"));
   // The same checks guard the controller side, naming the config keys.
-  CHECK_THROWS_WITH(check_tls_files(node.cert, "", node.ca, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}),
+  CHECK_THROWS_WITH(check_tls_files({node.cert, "", node.ca}, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}),
                     Contains("cluster.tls_key missing"));
-  CHECK_FALSE(check_tls_files("", "", ""));
-  CHECK(check_tls_files(node.cert, node.key, node.ca));
-  // and the controller's Runtime, before CAF sees the files
-  RuntimeOptions partial_rt;
-  partial_rt.network = true;
-  partial_rt.tls_cert = node.cert;
-  partial_rt.tls_ca = node.ca;
-  CHECK_THROWS_WITH(Runtime(partial_rt), Contains("tls_key missing"));
-  RuntimeOptions offline;
-  offline.tls_cert = node.cert;
-  offline.tls_key = node.key;
-  offline.tls_ca = node.ca;
-  CHECK_THROWS_WITH(Runtime(offline), Contains("network"));
+  CHECK_FALSE(check_tls_files({}));
+  CHECK(check_tls_files(node));
+  // and the controller's Runtime options, before CAF sees the files
+  CHECK_THROWS_WITH(with_tls({.network = true}, {node.cert, "", node.ca}), Contains("tls_key missing"));
+  CHECK_THROWS_WITH(with_tls({}, node), Contains("network"));
 }
 
 TEST_CASE("a TLS node serves a client whose certificate its CA signed and refuses others within the bound") {

@@ -1,13 +1,14 @@
 // Single-process pieces of the cluster layer: what a node advertises, TLS file checks.
 #include "tls_files.hpp"
 
-#include <hyflow/actors/cluster.hpp>
+#include <hyflow/cluster/all.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using Catch::Matchers::Contains;
 
 TEST_CASE("NodeInfo with GPU names and memory survives a JSON round trip") {
@@ -40,20 +41,20 @@ TEST_CASE("TLS files: all three or none, readable PEM of the right kind, key mat
   test::TlsCertificates certs;
   const auto f = certs.files("node");
   const std::vector<std::string> names{"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"};
-  CHECK_FALSE(check_tls_files("", "", "", names));
-  CHECK(check_tls_files(f.cert, f.key, f.ca, names));
-  CHECK_THROWS_WITH(check_tls_files(f.cert, "", "", names),
+  CHECK_FALSE(check_tls_files({"", "", ""}, names));
+  CHECK(check_tls_files({f.cert, f.key, f.ca}, names));
+  CHECK_THROWS_WITH(check_tls_files({f.cert, "", ""}, names),
                     Contains("cluster.tls_cert given") && Contains("cluster.tls_key, cluster.tls_ca missing"));
-  CHECK_THROWS_AS(check_tls_files("", f.key, f.ca, names), ValueError);
-  CHECK_THROWS_WITH(check_tls_files(certs.path("absent.pem"), f.key, f.ca, names),
+  CHECK_THROWS_AS(check_tls_files({"", f.key, f.ca}, names), ValueError);
+  CHECK_THROWS_WITH(check_tls_files({certs.path("absent.pem"), f.key, f.ca}, names),
                     Contains("absent.pem") && Contains("cannot be read"));
-  CHECK_THROWS_WITH(check_tls_files(f.key, f.key, f.ca, names), Contains("no PEM certificate"));
-  CHECK_THROWS_WITH(check_tls_files(f.cert, f.cert, f.ca, names), Contains("no unencrypted PEM private key"));
-  CHECK_THROWS_WITH(check_tls_files(f.cert, certs.path("rogue.key"), f.ca, names),
+  CHECK_THROWS_WITH(check_tls_files({f.key, f.key, f.ca}, names), Contains("no PEM certificate"));
+  CHECK_THROWS_WITH(check_tls_files({f.cert, f.cert, f.ca}, names), Contains("no unencrypted PEM private key"));
+  CHECK_THROWS_WITH(check_tls_files({f.cert, certs.path("rogue.key"), f.ca}, names),
                     Contains("does not belong to the certificate"));
   const std::string empty = certs.path("empty.pem");
   std::ofstream(empty) << "";
-  CHECK_THROWS_WITH(check_tls_files(f.cert, f.key, empty, names), Contains("TLS CA file") && Contains("empty.pem"));
+  CHECK_THROWS_WITH(check_tls_files({f.cert, f.key, empty}, names), Contains("TLS CA file") && Contains("empty.pem"));
 }
 
 TEST_CASE("node lists: host:port entries, trimmed; a bad port names the entry") {

@@ -3,8 +3,8 @@
 #include "node_process.hpp"
 #include "test_workers.hpp"
 
-#include <hyflow/actors/cluster.hpp>
-#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/cluster/all.hpp>
+#include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
 #include <catch2/catch.hpp>
@@ -18,6 +18,7 @@
 #include <thread>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using namespace std::chrono_literals;
 
 namespace {

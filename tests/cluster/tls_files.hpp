@@ -4,7 +4,9 @@
 // "rogue" certificate signed by another CA. Throws when the openssl CLI is missing (it is a
 // test dependency: scripts/install-deps.sh installs it), so a test fails instead of skipping.
 
-#include <hyflow/actors/cluster.hpp>
+#include <hyflow/cluster/tls.hpp>
+
+#include <hyflow/cluster/all.hpp>
 
 #include <unistd.h>
 
@@ -15,9 +17,7 @@
 
 namespace test {
 
-struct TlsFiles {
-  std::string cert, key, ca;
-};
+using TlsFiles = hyflow::cluster::TlsFiles;
 
 class TlsCertificates {
  public:

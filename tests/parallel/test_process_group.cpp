@@ -1,4 +1,5 @@
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/net.hpp>
 #include <hyflow/parallel/process_group.hpp>
 
 #include <catch2/catch.hpp>
@@ -7,6 +8,7 @@
 #include <thread>
 
 using namespace hyflow;
+using namespace hyflow::parallel;
 
 namespace {
 /// Runs fn(rank) on `n` threads, each with its own process group on one store.

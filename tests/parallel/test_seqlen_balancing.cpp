@@ -9,7 +9,7 @@
 #include <random>
 #include <set>
 
-using namespace hyflow::seqlen_balancing;
+using namespace hyflow::parallel::seqlen_balancing;
 using Parts = std::vector<std::vector<int64_t>>;
 
 TEST_CASE("calculate_workload is 24576*s + s^2") {

@@ -4,8 +4,8 @@
 #include "node_process.hpp"
 #include "ppo_test_fixture.hpp"
 
-#include <hyflow/actors/cluster.hpp>
-#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/cluster/all.hpp>
+#include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <catch2/catch.hpp>
@@ -13,6 +13,7 @@
 #include <fstream>
 
 using namespace hyflow;
+using namespace hyflow::cluster;
 using namespace hyflow::trainer;
 using namespace ppo_test;
 

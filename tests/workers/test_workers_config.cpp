@@ -2,6 +2,7 @@
 // schedule of the role workers. No runtime: workers are constructed directly.
 #include "workers_test_util.hpp"
 
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/all.hpp>
 
 #include <catch2/catch.hpp>
@@ -162,7 +163,7 @@ TEST_CASE("optimizer: warmup schedule from lr_warmup_steps_ratio and the logged 
   o.lr = 1.0;
   o.lr_warmup_steps_ratio = 0.5;
   o.total_training_steps = 4;  // warmup 2 steps: lr 0, 0.5, then 1
-  DataParallelOptimizer opt({p}, o, nullptr, "actor.optim");
+  parallel::DataParallelOptimizer opt({p}, o, nullptr, "actor.optim");
   CHECK(opt.lr() == Approx(0.0));
   opt.scheduler_step();
   CHECK(opt.lr() == Approx(0.5));
@@ -170,7 +171,7 @@ TEST_CASE("optimizer: warmup schedule from lr_warmup_steps_ratio and the logged 
   CHECK(opt.lr() == Approx(1.0));
   OptimConfig missing_total;
   missing_total.lr_warmup_steps_ratio = 0.1;
-  CHECK_THAT(error_of([&] { DataParallelOptimizer({p}, missing_total, nullptr, "actor.optim"); }),
+  CHECK_THAT(error_of([&] { parallel::DataParallelOptimizer({p}, missing_total, nullptr, "actor.optim"); }),
              Catch::Contains("actor.optim.lr_warmup_steps_ratio"));
 }
 
@@ -179,7 +180,7 @@ TEST_CASE("optimizer: a non-finite gradient norm skips the step and zeroes the g
   OptimConfig o;
   o.lr = 0.1;
   o.lr_warmup_steps = 0;
-  DataParallelOptimizer opt({p}, o, nullptr, "optim");
+  parallel::DataParallelOptimizer opt({p}, o, nullptr, "optim");
   p.mutable_grad() = torch::tensor({std::numeric_limits<float>::infinity(), 1.0f});
   const double norm = opt.step(1.0);
   CHECK_FALSE(std::isfinite(norm));
@@ -196,7 +197,7 @@ TEST_CASE("optimizer state and schedule position survive save and load") {
   OptimConfig o;
   o.lr = 0.1;
   o.lr_warmup_steps = 3;
-  DataParallelOptimizer first({a}, o, nullptr, "optim"), second({b}, o, nullptr, "optim");
+  parallel::DataParallelOptimizer first({a}, o, nullptr, "optim"), second({b}, o, nullptr, "optim");
   for (int i = 0; i < 2; ++i) {
     first.scheduler_step();
     a.mutable_grad() = torch::full({4}, 0.5f);
@@ -227,7 +228,7 @@ TEST_CASE("optimizer: cosine schedule with warmup decays to min_lr_ratio at tota
   o.lr_warmup_steps = 2;
   o.total_training_steps = 6;
   o.min_lr_ratio = 0.1;
-  DataParallelOptimizer opt({p}, o, nullptr, "optim");
+  parallel::DataParallelOptimizer opt({p}, o, nullptr, "optim");
   std::vector<double> lrs;
   for (int i = 0; i <= 6; ++i) {
     lrs.push_back(opt.lr());

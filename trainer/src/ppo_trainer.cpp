@@ -1,7 +1,7 @@
 // PPOTrainer: verl's fit() step order over colocated worker groups (see docs/trainer.md).
 #include <hyflow/actors/all.hpp>
-#include <hyflow/actors/cluster.hpp>
-#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/cluster/all.hpp>
+#include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
@@ -230,14 +230,13 @@ void PPOTrainer::Impl::setup() {
     // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
     // n_gpus_per_node workers each
     auto opt = [&](const char* key) { return c.is_null(key) ? std::string() : c.get_string(key); };
-    RuntimeOptions ro{.network = true,
-                      .heartbeat_interval_ms = static_cast<int>(c.get_int("cluster.heartbeat_ms")),
-                      .connection_timeout_ms = static_cast<int>(c.get_int("cluster.connection_timeout_ms")),
-                      .tls_cert = opt("cluster.tls_cert"),
-                      .tls_key = opt("cluster.tls_key"),
-                      .tls_ca = opt("cluster.tls_ca")};
+    const cluster::TlsFiles tls{opt("cluster.tls_cert"), opt("cluster.tls_key"), opt("cluster.tls_ca")};
     // errors name the key (check_tls_files names the cluster.tls_* keys itself)
-    check_tls_files(ro.tls_cert, ro.tls_key, ro.tls_ca, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"});
+    const RuntimeOptions ro = cluster::with_tls(
+        {.network = true,
+         .heartbeat_interval_ms = static_cast<int>(c.get_int("cluster.heartbeat_ms")),
+         .connection_timeout_ms = static_cast<int>(c.get_int("cluster.connection_timeout_ms"))},
+        tls, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"});
     auto with_key = [](const char* key, auto&& read) {
       try {
         return read();
@@ -245,25 +244,23 @@ void PPOTrainer::Impl::setup() {
         throw ValueError(std::string("config key '") + key + "': " + e.what());
       }
     };
-    ClusterOptions options;
-    options.nodes = with_key("cluster.nodes", [&] { return parse_node_list(c.get_string("cluster.nodes")); });
+    cluster::ClusterOptions options;
+    options.nodes = with_key("cluster.nodes", [&] { return cluster::parse_node_list(c.get_string("cluster.nodes")); });
     if (!c.is_null("cluster.secret_file"))
       options.secret =
-          with_key("cluster.secret_file", [&] { return read_secret_file(c.get_string("cluster.secret_file")); });
-    options.tls_cert = ro.tls_cert;
-    options.tls_key = ro.tls_key;
-    options.tls_ca = ro.tls_ca;
+          with_key("cluster.secret_file", [&] { return cluster::read_secret_file(c.get_string("cluster.secret_file")); });
+    options.tls = tls;
     if (!c.is_null("cluster.data_plane_bind") || !c.is_null("cluster.data_plane_host")) {
       // the nodes pull large arguments from this process: its data server must be reachable
-      auto plane = DataPlane::process_options();
+      auto plane = cluster::DataPlane::process_options();
       if (!c.is_null("cluster.data_plane_bind")) plane.bind = c.get_string("cluster.data_plane_bind");
       if (!c.is_null("cluster.data_plane_host")) plane.advertise = c.get_string("cluster.data_plane_host");
-      DataPlane::configure(plane);
+      cluster::DataPlane::configure(plane);
     }
     runtime = std::make_unique<Runtime>(ro);
-    auto cluster = RemoteLauncher::connect(*runtime, std::move(options));
-    runtime->set_launcher(cluster);
-    bundle.emplace(*runtime, cluster->pool(per_node), colocated_spec(roles));
+    auto nodes = cluster::RemoteLauncher::connect(*runtime, std::move(options));
+    runtime->set_launcher(nodes);
+    bundle.emplace(*runtime, nodes->pool(per_node), colocated_spec(roles));
   }
   std::vector<std::string> names;
   for (const auto& r : roles) names.push_back(r.first);

@@ -15,14 +15,14 @@ void balance_batch(DataProto& batch, int64_t world, nlohmann::json& m) {
   if (world <= 1 || B % world != 0) return;
   auto lens_t = batch.batch.at("attention_mask").reshape({B, -1}).sum(-1).to(torch::kLong).contiguous();
   const std::vector<int64_t> lens(lens_t.data_ptr<int64_t>(), lens_t.data_ptr<int64_t>() + B);
-  const auto workloads = seqlen_balancing::calculate_workload(lens);
-  const auto partitions = seqlen_balancing::balance_batch_partitions(workloads, world);
+  const auto workloads = parallel::seqlen_balancing::calculate_workload(lens);
+  const auto partitions = parallel::seqlen_balancing::balance_batch_partitions(workloads, world);
   std::vector<int64_t> order;
   order.reserve(static_cast<size_t>(B));
   for (const auto& p : partitions) order.insert(order.end(), p.begin(), p.end());
   batch.reorder(order);
   // verl logs these in workload units (24576·s + s²), not tokens
-  for (const auto& [key, value] : seqlen_balancing::log_seqlen_unbalance(workloads, partitions, "global_seqlen"))
+  for (const auto& [key, value] : parallel::seqlen_balancing::log_seqlen_unbalance(workloads, partitions, "global_seqlen"))
     m[key] = value;
 }
 

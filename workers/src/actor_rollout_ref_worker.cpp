@@ -1,12 +1,13 @@
 #include <hyflow/workers/actor_rollout_ref_worker.hpp>
 
+#include "ppo_update.hpp"
 #include "worker_common.hpp"
 
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/response_scores.hpp>
 #include <hyflow/parallel/process_group.hpp>
-#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -58,11 +59,11 @@ void ActorRolloutRefWorker::init_model() {
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
-  group_ = shared_process_group(*this);
-  if (policy_) broadcast_parameters(policy_->parameters(), group_.get());
-  if (ref_) broadcast_parameters(ref_->parameters(), group_.get());
+  group_ = detail::process_group_of(*this);
+  if (policy_) parallel::broadcast_parameters(policy_->parameters(), group_.get());
+  if (ref_) parallel::broadcast_parameters(ref_->parameters(), group_.get());
   if (has_actor(role_)) {
-    optimizer_ = std::make_unique<DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
+    optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
                                                          "actor_rollout_ref.actor.optim");
   }
   if (has_rollout(role_))
@@ -152,36 +153,32 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
 
 void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  const fs::path d(dir);
-  fs::create_directories(d);
-  if (rank() == 0) {
-    if (policy_ && has_actor(role_)) {
+  std::function<void(const fs::path&)> save_model;
+  if (policy_ && has_actor(role_))
+    save_model = [&](const fs::path& d) {
       models::save_pretrained(*policy_, policy_->config(), d);
       detail::copy_tokenizer_files(config_.model.path, d);
-    }
-    detail::write_state(d, "ActorRolloutRefWorker", world_size(), global_step);
-  }
-  if (optimizer_) optimizer_->save(detail::optimizer_file(d, rank(), world_size()));
-  save_rng_state(detail::rng_file(d, rank(), world_size()), rollout_generator_ ? &*rollout_generator_ : nullptr);
-  if (group_) group_->barrier();
+    };
+  detail::save_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), global_step, save_model,
+                           optimizer_.get(), rollout_generator_ ? &*rollout_generator_ : nullptr, group_.get());
 }
 
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  const fs::path d(dir);
-  detail::check_state(d, "ActorRolloutRefWorker", world_size());
-  if (policy_ && has_actor(role_)) {
-    auto tensors = models::load_checkpoint_tensors(d);
-    torch::NoGradGuard no_grad;
-    models::load_parameters(*policy_, tensors, d.string());
-  }
-  if (optimizer_) optimizer_->load(detail::optimizer_file(d, rank(), world_size()));
-  load_rng_state(detail::rng_file(d, rank(), world_size()), rollout_generator_ ? &*rollout_generator_ : nullptr);
+  std::function<void(const fs::path&)> load_model;
+  if (policy_ && has_actor(role_))
+    load_model = [&](const fs::path& d) {
+      auto tensors = models::load_checkpoint_tensors(d);
+      torch::NoGradGuard no_grad;
+      models::load_parameters(*policy_, tensors, d.string());
+    };
+  detail::load_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), load_model, optimizer_.get(),
+                           rollout_generator_ ? &*rollout_generator_ : nullptr);
 }
 
 std::string ActorRolloutRefWorker::parameter_digest() const {
   require_initialized("parameter_digest");
-  return workers::parameter_digest(policy_ ? policy_->parameters() : ref_->parameters());
+  return parallel::parameter_digest(policy_ ? policy_->parameters() : ref_->parameters());
 }
 
 void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t) {

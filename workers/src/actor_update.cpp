@@ -1,40 +1,19 @@
-// ActorRolloutRefWorker::update_actor: verl's dp_actor.update_policy plus the worker's lr
-// schedule step.
+// ActorRolloutRefWorker::update_actor: verl's dp_actor.update_policy on the shared PPO update
+// loop (ppo_update.hpp).
 #include <hyflow/workers/actor_rollout_ref_worker.hpp>
 
+#include "ppo_update.hpp"
 #include "worker_common.hpp"
 
 #include <hyflow/models/response_scores.hpp>
 #include <hyflow/algos/core_algos.hpp>
-#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <torch/torch.h>
 
-#include <map>
 
 namespace hyflow::workers {
-
-namespace {
-/// Metric lists in first-seen order.
-class MetricLists {
- public:
-  void add(const std::string& name, double value) {
-    auto it = index_.find(name);
-    if (it == index_.end()) {
-      index_[name] = lists_.size();
-      lists_.push_back({name, {}});
-      it = index_.find(name);
-    }
-    lists_[it->second].second.push_back(value);
-  }
-  const std::vector<std::pair<std::string, std::vector<double>>>& lists() const { return lists_; }
-
- private:
-  std::map<std::string, size_t> index_;
-  std::vector<std::pair<std::string, std::vector<double>>> lists_;
-};
-}  // namespace
 
 DataProto ActorRolloutRefWorker::update_actor(DataProto data) {
   static const std::string method = "update_actor";
@@ -61,52 +40,43 @@ DataProto ActorRolloutRefWorker::update_actor(DataProto data) {
                                        .max_token_len_per_gpu = a.ppo_max_token_len_per_gpu};
 
   policy_->train();
-  MetricLists metrics;
+  detail::MetricLists metrics;
   double pg_loss_sum = 0.0, kl_loss_sum = 0.0;
-  for (int64_t epoch = 0; epoch < a.ppo_epochs; ++epoch) {
-    for (const auto& mini : mini_batches) {
-      const auto micro = make_micro_batches(mini, micro_batching, method);
-      optimizer_->zero_grad();
-      for (const auto& mb : micro.batches) {
-        // verl: 1/grad_accum for fixed micro-batches, rows share with dynamic batch size
-        const double scale = a.use_dynamic_bsz ? static_cast<double>(mb.size()) / static_cast<double>(mini.size())
-                                               : 1.0 / static_cast<double>(micro.batches.size());
-        auto scores = models::compute_response_scores(
-            policy_, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
-        const auto& log_prob = scores.log_probs;
-        const auto& mask = mb.batch.at("response_mask");
-        const auto old_log_prob = on_policy ? log_prob.detach() : mb.batch.at("old_log_probs");
-        std::optional<at::Tensor> is_weights;
-        if (mb.batch.contains("rollout_is_weights")) is_weights = mb.batch.at("rollout_is_weights");
-        auto pg = policy_loss_fn(old_log_prob, log_prob, mb.batch.at("advantages"), mask, a.loss.loss_agg_mode, a.loss,
-                                 is_weights);
-        auto policy_loss = pg.pg_loss;
-        if (with_entropy) {
-          auto entropy = algos::core_algos::agg_loss(scores.entropy, mask, a.loss.loss_agg_mode);
-          if (a.entropy_coeff != 0.0) policy_loss = policy_loss - entropy * a.entropy_coeff;
-          metrics.add("actor/entropy", entropy.item<double>());
-        }
-        if (a.use_kl_loss) {
-          auto kld = algos::core_algos::kl_penalty(log_prob, mb.batch.at("ref_log_prob"), a.kl_loss_type);
-          auto kl_loss = algos::core_algos::agg_loss(kld, mask, a.loss.loss_agg_mode);
-          policy_loss = policy_loss + kl_loss * a.kl_loss_coef;
-          kl_loss_sum += kl_loss.item<double>() * scale;
-        }
-        (policy_loss * scale).backward();
-        pg_loss_sum += pg.pg_loss.item<double>() * scale;
-        for (const auto& [name, value] : pg.pg_metrics) metrics.add(name, value);
-      }
-      metrics.add("actor/grad_norm", optimizer_->step(a.grad_clip));
+  const detail::PpoUpdatePlan plan{.ppo_epochs = a.ppo_epochs,
+                                   .micro_batching = micro_batching,
+                                   .grad_clip = a.grad_clip,
+                                   .prefix = "actor"};
+  detail::ppo_update(mini_batches, plan, *optimizer_, method, metrics, [&](const DataProto& mb, double scale) {
+    auto scores = models::compute_response_scores(
+        policy_, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
+    const auto& log_prob = scores.log_probs;
+    const auto& mask = mb.batch.at("response_mask");
+    const auto old_log_prob = on_policy ? log_prob.detach() : mb.batch.at("old_log_probs");
+    std::optional<at::Tensor> is_weights;
+    if (mb.batch.contains("rollout_is_weights")) is_weights = mb.batch.at("rollout_is_weights");
+    auto pg = policy_loss_fn(old_log_prob, log_prob, mb.batch.at("advantages"), mask, a.loss.loss_agg_mode, a.loss,
+                             is_weights);
+    auto policy_loss = pg.pg_loss;
+    if (with_entropy) {
+      auto entropy = algos::core_algos::agg_loss(scores.entropy, mask, a.loss.loss_agg_mode);
+      if (a.entropy_coeff != 0.0) policy_loss = policy_loss - entropy * a.entropy_coeff;
+      metrics.add("actor/entropy", entropy.item<double>());
     }
-  }
-  optimizer_->zero_grad();
+    if (a.use_kl_loss) {
+      auto kld = algos::core_algos::kl_penalty(log_prob, mb.batch.at("ref_log_prob"), a.kl_loss_type);
+      auto kl_loss = algos::core_algos::agg_loss(kld, mask, a.loss.loss_agg_mode);
+      policy_loss = policy_loss + kl_loss * a.kl_loss_coef;
+      kl_loss_sum += kl_loss.item<double>() * scale;
+    }
+    (policy_loss * scale).backward();
+    pg_loss_sum += pg.pg_loss.item<double>() * scale;
+    for (const auto& [name, value] : pg.pg_metrics) metrics.add(name, value);
+  });
   metrics.add("actor/pg_loss", pg_loss_sum);
   if (a.use_kl_loss) {
     metrics.add("actor/kl_loss", kl_loss_sum);
     metrics.add("actor/kl_coef", a.kl_loss_coef);
   }
-  metrics.add("actor/lr", optimizer_->lr());  // verl logs the lr this call used, then steps
-  optimizer_->scheduler_step();
   DataProto out;
   out.meta_info = Json{{"metrics", detail::metrics_json(metrics.lists())}};
   return out;

@@ -210,13 +210,6 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
 
 }  // namespace
 
-int64_t OptimConfig::resolved_warmup_steps(const std::string& path) const {
-  if (lr_warmup_steps >= 0) return lr_warmup_steps;
-  if (lr_warmup_steps_ratio == 0.0) return 0;
-  require(total_training_steps > 0, path, "0 unless total_training_steps is set (the trainer sets it)",
-          lr_warmup_steps_ratio);
-  return static_cast<int64_t>(lr_warmup_steps_ratio * static_cast<double>(total_training_steps));
-}
 
 Role parse_role(const std::string& role) {
   if (role == "actor") return Role::actor;

@@ -1,11 +1,12 @@
 #include <hyflow/workers/critic_worker.hpp>
 
+#include "ppo_update.hpp"
 #include "worker_common.hpp"
 
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/process_group.hpp>
 #include <hyflow/algos/core_algos.hpp>
-#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <torch/torch.h>
@@ -40,9 +41,9 @@ void CriticWorker::init_model() {
   model_ = models::load_value_model(config_.model.path);
   model_->to(device_);
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
-  group_ = shared_process_group(*this);
-  broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
-  optimizer_ = std::make_unique<DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
+  group_ = detail::process_group_of(*this);
+  parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
+  optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
 }
 
 void CriticWorker::require_initialized(const char* method) const {
@@ -85,69 +86,56 @@ DataProto CriticWorker::update_critic(DataProto data) {
   const ForwardBatching micro_batching{.micro_batch_size_per_gpu = config_.ppo_micro_batch_size_per_gpu,
                                        .use_dynamic_bsz = config_.use_dynamic_bsz,
                                        .max_token_len_per_gpu = config_.ppo_max_token_len_per_gpu};
-  std::vector<std::pair<std::string, std::vector<double>>> metrics = {
-      {"critic/vf_loss", {}}, {"critic/vf_clipfrac", {}}, {"critic/vpred_mean", {}}, {"critic/grad_norm", {}},
-      {"critic/lr", {}}};
+  detail::MetricLists metrics;
   model_->train();
-  const auto mini_batches = batch.split(mini_batch_rows_);
-  for (int64_t epoch = 0; epoch < config_.ppo_epochs; ++epoch) {
-    for (const auto& mini : mini_batches) {
-      const auto micro = make_micro_batches(mini, micro_batching, method);
-      optimizer_->zero_grad();
-      for (const auto& mb : micro.batches) {
-        const double scale = config_.use_dynamic_bsz
-                                 ? static_cast<double>(mb.size()) / static_cast<double>(mini.size())
-                                 : 1.0 / static_cast<double>(micro.batches.size());
-        auto vpreds = response_values(mb);
-        const auto& mask = mb.batch.at("response_mask");
-        auto vf = algos::core_algos::compute_value_loss(vpreds, mb.batch.at("returns"), mb.batch.at("values"), mask,
-                                                 config_.cliprange_value, config_.loss_agg_mode);
-        (vf.vf_loss * scale).backward();
-        metrics[0].second.push_back(vf.vf_loss.item<double>() * scale);
-        metrics[1].second.push_back(vf.vf_clipfrac.item<double>());
-        metrics[2].second.push_back(algos::core_algos::masked_mean(vpreds.detach(), mask).item<double>());
-      }
-      metrics[3].second.push_back(optimizer_->step(config_.grad_clip));
-    }
-  }
-  optimizer_->zero_grad();
-  metrics[4].second.push_back(optimizer_->lr());
-  optimizer_->scheduler_step();
+  const detail::PpoUpdatePlan plan{.ppo_epochs = config_.ppo_epochs,
+                                   .micro_batching = micro_batching,
+                                   .grad_clip = config_.grad_clip,
+                                   .prefix = "critic"};
+  detail::ppo_update(batch.split(mini_batch_rows_), plan, *optimizer_, method, metrics,
+                     [&](const DataProto& mb, double scale) {
+                       auto vpreds = response_values(mb);
+                       const auto& mask = mb.batch.at("response_mask");
+                       auto vf = algos::core_algos::compute_value_loss(vpreds, mb.batch.at("returns"),
+                                                                       mb.batch.at("values"), mask,
+                                                                       config_.cliprange_value, config_.loss_agg_mode);
+                       (vf.vf_loss * scale).backward();
+                       metrics.add("critic/vf_loss", vf.vf_loss.item<double>() * scale);
+                       metrics.add("critic/vf_clipfrac", vf.vf_clipfrac.item<double>());
+                       metrics.add("critic/vpred_mean",
+                                   algos::core_algos::masked_mean(vpreds.detach(), mask).item<double>());
+                     });
   DataProto out;
-  out.meta_info = Json{{"metrics", detail::metrics_json(metrics)}};
+  out.meta_info = Json{{"metrics", detail::metrics_json(metrics.lists())}};
   return out;
 }
 
 void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  const fs::path d(dir);
-  fs::create_directories(d);
-  if (rank() == 0) {
-    models::save_pretrained(*model_, model_->config(), d);
-    detail::copy_tokenizer_files(config_.model.path, d);
-    detail::write_state(d, "CriticWorker", world_size(), global_step);
-  }
-  optimizer_->save(detail::optimizer_file(d, rank(), world_size()));
-  save_rng_state(detail::rng_file(d, rank(), world_size()), nullptr);
-  if (group_) group_->barrier();
+  detail::save_train_state(
+      dir, "CriticWorker", rank(), world_size(), global_step,
+      [&](const fs::path& d) {
+        models::save_pretrained(*model_, model_->config(), d);
+        detail::copy_tokenizer_files(config_.model.path, d);
+      },
+      optimizer_.get(), nullptr, group_.get());
 }
 
 void CriticWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  const fs::path d(dir);
-  detail::check_state(d, "CriticWorker", world_size());
-  {
-    auto tensors = models::load_checkpoint_tensors(d);
-    torch::NoGradGuard no_grad;
-    models::load_parameters(*model_, tensors, d.string());
-  }
-  optimizer_->load(detail::optimizer_file(d, rank(), world_size()));
-  load_rng_state(detail::rng_file(d, rank(), world_size()), nullptr);
+  detail::load_train_state(
+      dir, "CriticWorker", rank(), world_size(),
+      [&](const fs::path& d) {
+        auto tensors = models::load_checkpoint_tensors(d);
+        torch::NoGradGuard no_grad;
+        models::load_parameters(*model_, tensors, d.string());
+      },
+      optimizer_.get(), nullptr);
 }
 
 std::string CriticWorker::parameter_digest() const {
   if (!model_) throw ValueError("parameter_digest: call init_model first");
-  return workers::parameter_digest(model_->parameters());
+  return parallel::parameter_digest(model_->parameters());
 }
 
 void CriticWorker::define_methods(MethodTable<CriticWorker>& t) {

@@ -3,7 +3,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/models/checkpoint.hpp>
-#include <hyflow/workers/data_parallel.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <torch/torch.h>
@@ -27,8 +27,8 @@ void RewardModelWorker::init_model() {
   model_ = models::load_value_model(config_.model.path);
   model_->to(device_);
   model_->eval();
-  group_ = shared_process_group(*this);
-  broadcast_parameters(model_->parameters(), group_.get());  // a fresh score head differs per rank
+  group_ = detail::process_group_of(*this);
+  parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh score head differs per rank
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
 }
 

@@ -6,6 +6,18 @@
 
 namespace hyflow::workers::detail {
 
+std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker) {
+  if (worker.world_size() <= 1) return nullptr;
+  return worker.host().get_or_create<parallel::ProcessGroup>([&] {
+    const auto& env = worker.env();
+    return std::make_shared<parallel::ProcessGroup>(parallel::ProcessGroupOptions{.rank = env.rank,
+                                                                                  .world_size = env.world_size,
+                                                                                  .master_addr = env.master_addr,
+                                                                                  .master_port = env.master_port,
+                                                                                  .name = "hyflow.workers"});
+  });
+}
+
 void require_keys(const DataProto& data, const std::vector<std::string>& keys, const std::string& method) {
   for (const auto& key : keys) {
     if (data.batch.contains(key)) continue;

@@ -2,15 +2,23 @@
 // Pieces shared by the role workers: argument checks, meta_info reads, devices and the
 // checkpoint directory layout.
 
+#include <hyflow/actors/worker.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/parallel/process_group.hpp>
 
 #include <c10/core/Device.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace hyflow::workers::detail {
+
+/// The process group of `worker`'s worker group, owned by its WorkerHost: created on first use
+/// (a rendezvous: every rank must call it) and shared by every role hosted in the same worker,
+/// so colocated roles do not each bind the master port. Null for a world size of 1.
+std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker);
 
 /// KeyError "<method>: the batch lacks the tensor '<key>' (has: ...)" for the first missing key.
 void require_keys(const DataProto& data, const std::vector<std::string>& keys, const std::string& method);

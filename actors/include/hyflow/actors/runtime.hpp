@@ -6,12 +6,14 @@
 #include <hyflow/actors/worker.hpp>
 #include <hyflow/actors/worker_registry.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace caf {
 class actor_system;
+class actor_system_config;
 }
 
 namespace hyflow {
@@ -58,20 +60,18 @@ struct RuntimeOptions {
   /// and do not use them.
   int scheduler_threads = 0;
   /// Load CAF's middleman (networking), needed to place workers on caf-node processes
-  /// (hyflow/actors/cluster.hpp).
+  /// (hyflow/cluster/remote_launcher.hpp).
   bool network = false;
   /// Middleman heartbeats (0: off). Both ends must agree: a node without heartbeats drops
   /// an idle link after the other's connection timeout. With them, a hung node (SIGSTOP, a
   /// cut network) is noticed after connection_timeout_ms.
   int heartbeat_interval_ms = 0;
   int connection_timeout_ms = 0;
-  /// Mutual TLS to caf-nodes started with --tls-*: this controller's certificate, its private
-  /// key and the CA that signed the nodes' certificates (PEM files; all three or none, checked
-  /// with check_tls_files in hyflow/actors/cluster.hpp). Loads CAF's openssl module; needs
-  /// `network`. Give ClusterOptions the same three files.
-  std::string tls_cert;
-  std::string tls_key;
-  std::string tls_ca;
+  /// Further configuration of the actor system before it starts, run last (after the
+  /// middleman is loaded when `network` is set). The cluster module's mutual TLS is set this
+  /// way (hyflow::cluster::with_tls in hyflow/cluster/tls.hpp), so that this module links
+  /// neither OpenSSL nor CAF's openssl module.
+  std::function<void(caf::actor_system_config&)> configure_system;
 };
 
 /// Destroy a Runtime before main returns (a local, or a unique_ptr reset at the end): CAF's

@@ -1,11 +1,11 @@
 #pragma once
 // Worker: the base of every class whose methods the controller calls through a WorkerGroup.
 // It knows its place in the group (rank, world size, local rank, master address/port,
-// device), the dp rank and collect flag per named mesh, and owns a process group created on
-// first use.
+// device), the dp rank and collect flag per named mesh, and the WorkerHost it shares with the
+// other roles of its worker.
 
 #include <hyflow/actors/method_table.hpp>
-#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/actors/worker_host.hpp>
 
 #include <map>
 #include <memory>
@@ -37,26 +37,28 @@ struct WorkerExit {
   std::string reason;
 };
 
-/// The runtime sets the environment on the worker's thread before constructing it, so that
-/// constructors can already use rank() and friends (as verl workers read env vars).
+/// The runtime sets the environment and the host on the worker's thread before constructing
+/// it, so that constructors can already use rank() and friends (as verl workers read env
+/// vars), and every role constructed in the scope shares `host`.
 class WorkerEnvScope {
  public:
-  explicit WorkerEnvScope(const WorkerEnv& env);
+  WorkerEnvScope(const WorkerEnv& env, std::shared_ptr<WorkerHost> host);
   ~WorkerEnvScope();
   WorkerEnvScope(const WorkerEnvScope&) = delete;
   WorkerEnvScope& operator=(const WorkerEnvScope&) = delete;
 
  private:
-  const WorkerEnv* previous_;
+  const WorkerEnv* previous_env_;
+  std::shared_ptr<WorkerHost> previous_host_;
 };
 }  // namespace detail
 
 class Worker {
  public:
-  /// Takes the environment the runtime set up for this thread; outside a runtime a default
-  /// single-rank environment (rank 0 of 1 on cpu).
+  /// Takes the environment and host the runtime set up for this thread; outside a runtime a
+  /// default single-rank environment (rank 0 of 1 on cpu) and a host of its own.
   Worker();
-  explicit Worker(WorkerEnv env);
+  explicit Worker(WorkerEnv env, std::shared_ptr<WorkerHost> host = nullptr);
   virtual ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -77,10 +79,9 @@ class Worker {
   /// The environment as JSON (built-in method "worker_env").
   Json worker_env() const { return env_.to_json(); }
 
-  /// The gloo process group of this worker group, created on first use (every rank must
-  /// reach its first use: the constructor is a rendezvous).
-  ProcessGroup& process_group();
-  bool has_process_group() const { return process_group_ != nullptr; }
+  /// What this worker shares with the other roles hosted by the same worker (resources such
+  /// as the process group: hyflow::parallel::process_group_of).
+  WorkerHost& host() const { return *host_; }
 
   /// Ends this worker now, as a crash would: the running call gets no answer, the worker
   /// stops and its group fails the call naming this rank. (Fault handling and its tests.)
@@ -97,7 +98,7 @@ class Worker {
   };
   WorkerEnv env_;
   std::map<std::string, MeshInfo> meshes_;
-  std::unique_ptr<ProcessGroup> process_group_;
+  std::shared_ptr<WorkerHost> host_;
 };
 
 /// A function that DP_COMPUTE_PROTO_WITH_FUNC calls on each rank's chunk, by name (names

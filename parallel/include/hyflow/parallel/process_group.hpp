@@ -14,7 +14,7 @@ namespace c10d {
 class ProcessGroup;
 }
 
-namespace hyflow {
+namespace hyflow::parallel {
 
 enum class Backend { gloo, nccl };
 const char* to_string(Backend backend);
@@ -62,10 +62,7 @@ class ProcessGroup {
   std::unique_ptr<Impl> impl_;
 };
 
-/// A TCP port that was free on `addr` a moment ago (bind to port 0, read it, close).
-int pick_free_port(const std::string& addr = "127.0.0.1");
-
 /// True when this build can create NCCL process groups.
 bool nccl_available();
 
-}  // namespace hyflow
+}  // namespace hyflow::parallel

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow::seqlen_balancing {
+namespace hyflow::parallel::seqlen_balancing {
 
 /// Workload estimate of a dense transformer on a sequence of `seqlen` tokens:
 /// 24576·s + s² (12·h²·s + 2·h·s² for h = 4096, divided by 2·h).
@@ -57,4 +57,4 @@ std::vector<std::vector<int64_t>> dynamic_micro_batch_partitions(const std::vect
 /// ceil(a / b) for b > 0.
 int64_t ceildiv(int64_t a, int64_t b);
 
-}  // namespace hyflow::seqlen_balancing
+}  // namespace hyflow::parallel::seqlen_balancing

@@ -16,9 +16,13 @@
 #include <optional>
 #include <string>
 
+namespace hyflow::parallel {
+class DataParallelOptimizer;
+class ProcessGroup;
+}  // namespace hyflow::parallel
+
 namespace hyflow::workers {
 
-class DataParallelOptimizer;
 
 class ActorRolloutRefWorker : public Worker {
  public:
@@ -73,10 +77,10 @@ class ActorRolloutRefWorker : public Worker {
   ActorRolloutRefConfig config_;
   Role role_;
   c10::Device device_;
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<parallel::ProcessGroup> group_;
   models::CausalLM policy_{nullptr};
   models::CausalLM ref_{nullptr};
-  std::unique_ptr<DataParallelOptimizer> optimizer_;
+  std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
   std::optional<at::Generator> rollout_generator_;
   int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
 };

@@ -6,6 +6,7 @@
 // the full key path ("actor_rollout_ref.actor.ppo_epochs").
 
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/parallel/optim_config.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -18,21 +19,8 @@ namespace hyflow::workers {
 
 using Json = nlohmann::json;
 
-/// *.optim: AdamW with verl's defaults and the lr warmup schedule.
-struct OptimConfig {
-  double lr = 1e-6;
-  double weight_decay = 0.01;
-  std::array<double, 2> betas{0.9, 0.999};
-  double eps = 1e-8;
-  int64_t lr_warmup_steps = -1;        ///< < 0: lr_warmup_steps_ratio * total_training_steps
-  double lr_warmup_steps_ratio = 0.0;
-  std::string lr_scheduler_type = "constant";  ///< constant | cosine
-  double min_lr_ratio = 0.0;
-  double num_cycles = 0.5;
-  int64_t total_training_steps = -1;   ///< injected by the trainer; needed by cosine and ratios
-  /// Warmup steps after resolving the ratio (ValueError when a ratio needs an unknown total).
-  int64_t resolved_warmup_steps(const std::string& path) const;
-};
+/// actor.optim / critic.optim (hyflow/parallel/optim_config.hpp).
+using OptimConfig = parallel::OptimConfig;
 
 /// Micro-batching of a forward-only pass (log-probs, values, rm scores).
 struct ForwardBatching {

@@ -12,9 +12,13 @@
 #include <memory>
 #include <string>
 
+namespace hyflow::parallel {
+class DataParallelOptimizer;
+class ProcessGroup;
+}  // namespace hyflow::parallel
+
 namespace hyflow::workers {
 
-class DataParallelOptimizer;
 
 class CriticWorker : public Worker {
  public:
@@ -50,9 +54,9 @@ class CriticWorker : public Worker {
 
   CriticConfig config_;
   c10::Device device_;
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<parallel::ProcessGroup> group_;
   models::ValueModel model_{nullptr};
-  std::unique_ptr<DataParallelOptimizer> optimizer_;
+  std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
   int64_t mini_batch_rows_ = 0;
 };
 

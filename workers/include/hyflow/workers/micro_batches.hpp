@@ -19,7 +19,7 @@ struct MicroBatches {
 /// Fixed size: consecutive pieces of micro_batch_size_per_gpu rows (the whole batch when
 /// unset). Dynamic (verl's rearrange_micro_batches): min(rows, ceil(Σ tokens / max_token_len))
 /// micro-batches, a Karmarkar–Karp partition of the rows' workloads (tokens = attention_mask
-/// row sums; seqlen_balancing::dynamic_micro_batch_partitions); ValueError when one row alone
+/// row sums; parallel::seqlen_balancing::dynamic_micro_batch_partitions); ValueError when one row alone
 /// exceeds max_token_len, naming `what`.
 MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what);
 

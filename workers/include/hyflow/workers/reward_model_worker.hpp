@@ -12,6 +12,11 @@
 
 #include <memory>
 
+namespace hyflow::parallel {
+class DataParallelOptimizer;
+class ProcessGroup;
+}  // namespace hyflow::parallel
+
 namespace hyflow::workers {
 
 class RewardModelWorker : public Worker {
@@ -31,7 +36,7 @@ class RewardModelWorker : public Worker {
  private:
   RewardModelConfig config_;
   c10::Device device_;
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<parallel::ProcessGroup> group_;
   models::ValueModel model_{nullptr};
 };
 

@@ -1,8 +1,6 @@
-#include <hyflow/workers/data_parallel.hpp>
-
-#include <hyflow/actors/worker.hpp>
-#include <hyflow/parallel/process_group.hpp>
 #include <hyflow/algos/lr_schedule.hpp>
+#include <hyflow/core/error.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -12,40 +10,7 @@
 #include <map>
 #include <mutex>
 
-namespace hyflow::workers {
-
-namespace {
-struct GroupSlot {
-  std::mutex mutex;
-  std::weak_ptr<ProcessGroup> group;
-};
-
-std::shared_ptr<GroupSlot> slot_for(const std::string& key) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<GroupSlot>> slots;
-  std::lock_guard lock(mutex);
-  auto& slot = slots[key];
-  if (!slot) slot = std::make_shared<GroupSlot>();
-  return slot;
-}
-}  // namespace
-
-std::shared_ptr<ProcessGroup> shared_process_group(const Worker& worker) {
-  if (worker.world_size() <= 1) return nullptr;
-  const auto& env = worker.env();
-  const std::string key = env.master_addr + ":" + std::to_string(env.master_port) + "#" + std::to_string(env.rank) +
-                          "/" + std::to_string(env.world_size);
-  auto slot = slot_for(key);
-  std::lock_guard lock(slot->mutex);  // per rank: other ranks rendezvous concurrently
-  if (auto group = slot->group.lock()) return group;
-  auto group = std::make_shared<ProcessGroup>(ProcessGroupOptions{.rank = env.rank,
-                                                                  .world_size = env.world_size,
-                                                                  .master_addr = env.master_addr,
-                                                                  .master_port = env.master_port,
-                                                                  .name = "hyflow.workers"});
-  slot->group = group;
-  return group;
-}
+namespace hyflow::parallel {
 
 void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group) {
   if (!group || parameters.empty()) return;
@@ -197,4 +162,4 @@ void load_rng_state(const std::filesystem::path& file, at::Generator* extra) {
   if (extra) extra->set_state(other);
 }
 
-}  // namespace hyflow::workers
+}  // namespace hyflow::parallel

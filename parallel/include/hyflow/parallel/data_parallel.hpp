@@ -1,10 +1,11 @@
 #pragma once
-// Data parallelism of the role workers: the process group shared by the roles colocated in
-// one worker, and the optimizer that averages gradients over it so that every rank takes the
-// same step (weights stay identical on every rank). Sharded (FSDP) training plugs in here: a
-// sharded optimizer implements the same zero_grad / step / save / load.
+// Data-parallel training: the optimizer that averages gradients over a process group so that
+// every rank takes the same step (weights stay identical on every rank), parameter broadcast
+// and digests, and the RNG state of a worker checkpoint. Sharded (FSDP) training plugs in
+// here: a sharded optimizer implements the same zero_grad / step / save / load.
 
-#include <hyflow/workers/config.hpp>
+#include <hyflow/parallel/optim_config.hpp>
+#include <hyflow/parallel/process_group.hpp>
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -18,20 +19,11 @@ namespace torch::optim {
 class AdamW;
 }
 
-namespace hyflow {
-class ProcessGroup;
-class Worker;
-namespace core_algos {
+namespace hyflow::algos::core_algos {
 class LambdaLR;
 }
-}  // namespace hyflow
 
-namespace hyflow::workers {
-
-/// The gloo group of `worker`'s worker group, created on first use (a rendezvous: every rank
-/// must call it) and shared by every role hosted in the same worker, so colocated roles do
-/// not each bind the master port. Null for a world size of 1.
-std::shared_ptr<ProcessGroup> shared_process_group(const Worker& worker);
+namespace hyflow::parallel {
 
 /// Copies rank 0's parameters to every rank (one collective over a flat buffer), so that
 /// ranks start identical even where loading initializes something at random (a fresh value
@@ -85,4 +77,4 @@ class DataParallelOptimizer {
 void save_rng_state(const std::filesystem::path& file, const at::Generator* extra);
 void load_rng_state(const std::filesystem::path& file, at::Generator* extra);
 
-}  // namespace hyflow::workers
+}  // namespace hyflow::parallel

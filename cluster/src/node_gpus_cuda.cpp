@@ -1,9 +1,9 @@
 // The GPUs a caf-node advertises, from the CUDA runtime (compiled only with HYFLOW_CUDA).
-#include "cluster_gpu.hpp"
+#include "node_gpus.hpp"
 
 #include <cuda_runtime_api.h>
 
-namespace hyflow::detail {
+namespace hyflow::cluster::detail {
 
 void fill_cuda_devices(NodeInfo& info) {
   info.gpu_names.clear();
@@ -27,4 +27,4 @@ void fill_cuda_devices(NodeInfo& info) {
   }
 }
 
-}  // namespace hyflow::detail
+}  // namespace hyflow::cluster::detail

@@ -15,10 +15,12 @@
 // Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
 // holder's address and the object id.
 //
-// The WorkerGroup API does not change: the runtime's transport swaps DataProtos for handles
+// The WorkerGroup API does not change: install_data_plane() makes the data plane the runtime's
+// PayloadTransfer (hyflow/actors/payload_transfer.hpp), which swaps DataProtos for handles
 // (export_large) and back (import_refs) when a call or its result crosses processes.
 
 #include <hyflow/actors/value.hpp>
+#include <hyflow/core/error.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -27,7 +29,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::cluster {
 
 /// Moving an object over the data plane failed: connection refused, timeout, short read,
 /// unknown or already fetched id. what() names the holder ("host:port") and the object id.
@@ -61,7 +63,8 @@ struct DataPlaneOptions {
 
   /// `defaults` overridden by the environment: HYFLOW_DATA_PLANE=off, HYFLOW_DATA_PLANE_BIND,
   /// HYFLOW_DATA_PLANE_HOST (advertise), HYFLOW_DATA_PLANE_THRESHOLD (bytes),
-  /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS, HYFLOW_DATA_PLANE_WITH_TLS=1. A malformed value is a ValueError naming the variable.
+  /// HYFLOW_DATA_PLANE_TIMEOUT_MS, HYFLOW_DATA_PLANE_TTL_MS, HYFLOW_DATA_PLANE_WITH_TLS=1. A
+  /// malformed value is a ValueError naming the variable.
   static DataPlaneOptions from_environment(DataPlaneOptions defaults);
   /// The same over the built-in defaults.
   static DataPlaneOptions from_environment();
@@ -150,7 +153,8 @@ bool data_plane_in_use(bool caf_uses_tls);
 bool is_object_ref(const Value& v);
 
 /// Replaces every DataProto in `values` (also inside lists) whose encoding reaches the
-/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when the plane is disabled.
+/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when the
+/// plane is disabled.
 std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires = true);
 std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires = true);
 /// The same with the process-wide plane, which starts only when a DataProto reaches the
@@ -167,4 +171,8 @@ std::vector<ObjectRef> object_refs_in(const Value& value);
 void import_refs(std::vector<Value>& values, std::chrono::milliseconds io_timeout);
 void import_refs(Value& value, std::chrono::milliseconds io_timeout);
 
-}  // namespace hyflow
+/// Makes the process-wide data plane the runtime's PayloadTransfer, so that remote calls move
+/// large DataProtos over it (idempotent). RemoteLauncher::connect and NodeServer call it.
+void install_data_plane();
+
+}  // namespace hyflow::cluster

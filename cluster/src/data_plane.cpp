@@ -1,6 +1,6 @@
 // The data plane's TCP server and client (see data_plane.hpp for the protocol). Plain POSIX
 // sockets: every wait goes through poll() with the io_timeout, so no operation can hang.
-#include <hyflow/actors/data_plane.hpp>
+#include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
 #include <arpa/inet.h>
@@ -26,7 +26,7 @@
 #include <thread>
 #include <type_traits>
 
-namespace hyflow {
+namespace hyflow::cluster {
 
 namespace {
 
@@ -802,4 +802,4 @@ void import_refs(Value& value, std::chrono::milliseconds timeout) {
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::cluster

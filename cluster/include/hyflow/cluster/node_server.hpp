@@ -1,0 +1,51 @@
+#pragma once
+// The node side of the cluster (what caf-node runs): an actor system with the middleman and a
+// published node manager that spawns registered worker types for authenticated controllers.
+//
+// Protocol (untyped node manager actor):
+//   ("hf_hello", version, session actor) -> json {nonce, session, node}   (version checked)
+//   ("hf_auth", session, hmac hex)       -> "ok"                           (auth.hpp)
+//   ("hf_spawn", session, worker name)   -> actor (an uninitialized worker, detached)
+//   ("hf_port", session)                 -> free TCP port on the node (MASTER_PORT)
+// spawn and port are refused until the session has authenticated.
+
+#include <hyflow/cluster/node_info.hpp>
+#include <hyflow/cluster/tls.hpp>
+
+#include <memory>
+#include <string>
+
+namespace hyflow::cluster {
+
+struct NodeOptions {
+  std::string bind = "127.0.0.1";
+  int port = 0;        ///< 0: a free port (see NodeServer::port)
+  std::string secret;  ///< empty: no authentication (a warning is logged)
+  int heartbeat_interval_ms = 0;
+  int connection_timeout_ms = 0;
+  int scheduler_threads = 0;
+  /// Mutual TLS: this node's certificate, its private key and the CA that signed the
+  /// controllers' certificates (caf-node's --tls-cert, --tls-key, --tls-ca).
+  TlsFiles tls;
+};
+
+class NodeServer {
+ public:
+  /// Starts and publishes (over TLS when the options name certificates); ValueError for a bad
+  /// TLS file set, ClusterError when the port cannot be opened. Installs this process's data
+  /// plane as the payload transfer of the workers it hosts.
+  explicit NodeServer(NodeOptions options);
+  /// Stops the node manager and every worker it spawned.
+  ~NodeServer();
+  NodeServer(const NodeServer&) = delete;
+  NodeServer& operator=(const NodeServer&) = delete;
+  int port() const;
+  const NodeInfo& info() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hyflow::cluster

@@ -1,0 +1,213 @@
+// The node manager that caf-node publishes, and NodeServer around it. Errors go back to the
+// controller in the "hfnode" category with the text as context. The node monitors each
+// controller's session actor and each worker: a controller that goes away takes its workers
+// with it; a worker death is logged.
+#include <hyflow/actors/caf_protocol.hpp>
+#include <hyflow/actors/colocated.hpp>
+#include <hyflow/cluster/auth.hpp>
+#include <hyflow/cluster/data_plane.hpp>
+#include <hyflow/cluster/node_server.hpp>
+
+#include "detail.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace hyflow::cluster {
+namespace {
+
+// ---- node manager --------------------------------------------------------------------------
+
+struct Session {
+  caf::actor controller;
+  std::string nonce;
+  bool authenticated = false;
+  std::vector<caf::actor> workers;
+};
+
+struct node_state {
+  std::string secret;
+  std::string bind;
+  NodeInfo info;
+  std::map<uint64_t, Session> sessions;
+  std::map<caf::actor_addr, std::string> worker_names;
+  uint64_t next_session = 1;
+  static inline const char* name = "hyflow.node_manager";
+};
+
+using node_actor = caf::stateful_actor<node_state>;
+
+void stop_session_workers(node_actor* self, Session& s, const caf::error& reason) {
+  for (auto& w : s.workers) self->send_exit(w, reason);
+  s.workers.clear();
+}
+
+caf::behavior node_manager(node_actor* self, std::string secret, std::string bind, NodeInfo info) {
+  self->state.secret = std::move(secret);
+  self->state.bind = std::move(bind);
+  self->state.info = std::move(info);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto it = st.sessions.begin(); it != st.sessions.end(); ++it) {
+      if (it->second.controller.address() != dm.source) continue;
+      cluster_log("session " + std::to_string(it->first) + ": controller gone (" + self->system().render(dm.reason) +
+                  "); stopping its " + std::to_string(it->second.workers.size()) + " worker(s)");
+      stop_session_workers(self, it->second, caf::exit_reason::user_shutdown);
+      st.sessions.erase(it);
+      return;
+    }
+    auto w = st.worker_names.find(dm.source);
+    if (w != st.worker_names.end()) {
+      cluster_log("worker '" + w->second + "' ended: " + self->system().render(dm.reason));
+      for (auto& [id, s] : st.sessions)
+        s.workers.erase(std::remove_if(s.workers.begin(), s.workers.end(),
+                                       [&](const caf::actor& a) { return a.address() == dm.source; }),
+                        s.workers.end());
+      st.worker_names.erase(w);
+    }
+  });
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, caf::exit_reason::user_shutdown);
+    self->state.sessions.clear();
+    self->quit(em.reason);
+  });
+  auto session_of = [=](uint64_t id, const char* what) -> Session* {
+    auto it = self->state.sessions.find(id);
+    if (it == self->state.sessions.end() || !it->second.authenticated) {
+      cluster_log(std::string("refused ") + what + " for unauthenticated session " + std::to_string(id));
+      return nullptr;
+    }
+    return &it->second;
+  };
+  return {
+      [=](detail::hello_atom, uint32_t version, caf::actor controller) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (version != kNodeProtocolVersion) {
+          cluster_log("refused a controller speaking protocol v" + std::to_string(version));
+          return detail::node_error("protocol version mismatch: node speaks v" + std::to_string(kNodeProtocolVersion) +
+                            ", controller v" + std::to_string(version));
+        }
+        if (!controller) return detail::node_error("hello without a session actor");
+        const uint64_t id = st.next_session++;
+        Session s;
+        s.controller = controller;
+        s.authenticated = st.secret.empty();
+        if (!s.authenticated) s.nonce = detail::random_nonce();
+        self->monitor(controller);
+        Json reply{{"nonce", s.nonce}, {"session", id}, {"node", st.info.to_json()}};
+        st.sessions.emplace(id, std::move(s));
+        cluster_log("session " + std::to_string(id) + ": hello from a controller" +
+                    (st.secret.empty() ? " (no secret configured: accepted)" : ", challenge sent"));
+        return reply.dump();
+      },
+      [=](detail::auth_atom, uint64_t id, const std::string& proof) -> caf::result<std::string> {
+        auto& st = self->state;
+        auto it = st.sessions.find(id);
+        if (it == st.sessions.end()) return detail::node_error("unknown session " + std::to_string(id));
+        if (it->second.authenticated) return std::string("ok");
+        if (!detail::constant_time_equal(proof, challenge_proof(st.secret, it->second.nonce))) {
+          cluster_log("session " + std::to_string(id) + ": wrong shared secret, refused");
+          self->demonitor(it->second.controller);
+          st.sessions.erase(it);
+          return detail::node_error("authentication failed: the controller's shared secret does not match this node's");
+        }
+        it->second.authenticated = true;
+        cluster_log("session " + std::to_string(id) + ": authenticated");
+        return std::string("ok");
+      },
+      [=](detail::spawn_atom, uint64_t id, const std::string& name) -> caf::result<caf::actor> {
+        Session* s = session_of(id, "spawn");
+        if (!s) return detail::node_error("not authenticated: this node requires the shared secret (--secret-file)");
+        auto w = caf::actor_cast<caf::actor>(caf_protocol::spawn_worker(self->system()));
+        self->monitor(w);
+        s->workers.push_back(w);
+        self->state.worker_names[w.address()] = name;
+        cluster_log("session " + std::to_string(id) + ": spawned worker '" + name + "'");
+        return w;
+      },
+      [=](detail::port_atom, uint64_t id) -> caf::result<int32_t> {
+        if (!session_of(id, "port")) return detail::node_error("not authenticated");
+        int p = detail::free_port(self->state.bind);
+        if (p == 0) return detail::node_error("no free port on " + self->state.bind);
+        return static_cast<int32_t>(p);
+      },
+  };
+}
+
+struct NodeConfig : caf::actor_system_config {
+  explicit NodeConfig(const NodeOptions& o) {
+    caf_protocol::register_types(*this);
+    // BASP decodes incoming messages on the I/O thread instead of handing each one to a worker
+    // job on the (polling) scheduler: ~150 us less per remote call (bench/cluster); large
+    // DataProtos use the data plane. Not on controllers: there ~actor_system then hung now and
+    // then (docs/cluster.md, "Data plane"); they use the sharing scheduler instead.
+    set("middleman.workers", size_t{0});
+    load<caf::io::middleman>();
+    if (!o.tls.empty()) detail::configure_tls(*this, o.tls);  // checked before; after the middleman
+    if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
+    if (o.heartbeat_interval_ms > 0)
+      set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
+    if (o.connection_timeout_ms > 0)
+      set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+  }
+};
+
+}  // namespace
+
+// ---- NodeServer ----------------------------------------------------------------------------
+
+struct NodeServer::Impl {
+  explicit Impl(const NodeOptions& o) : config(o), system(config) {}
+  NodeConfig config;
+  caf::actor_system system;
+  caf::actor manager;
+  NodeInfo info;
+  int port = 0;
+};
+
+namespace {
+std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
+  check_tls_files(o.tls, {"--tls-cert", "--tls-key", "--tls-ca"});  // before CAF sees them
+  return std::make_unique<NodeServer::Impl>(o);
+}
+}  // namespace
+
+NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
+  register_colocated_worker_type();  // WorkerDict bundles of the registered roles
+  install_data_plane();  // large DataProtos of the hosted workers' results
+  DataPlaneOptions plane;  // the data plane listens where the node does, unless told otherwise
+  plane.bind = options.bind;
+  DataPlane::configure(DataPlaneOptions::from_environment(plane));
+  impl_->info = detail::local_node_info();
+  impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
+  const auto port_arg = static_cast<uint16_t>(options.port);
+  auto port = options.tls.empty()
+                  ? impl_->system.middleman().publish(impl_->manager, port_arg, options.bind.c_str(), true)
+                  : caf::openssl::publish(impl_->manager, port_arg, options.bind.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+    throw ClusterError("cannot listen on " + options.bind + ":" + std::to_string(options.port) + ": " +
+                       impl_->system.render(port.error()));
+  }
+  impl_->port = *port;
+  impl_->info.address = options.bind + ":" + std::to_string(*port);
+}
+
+NodeServer::~NodeServer() {
+  if (impl_->manager) caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+  impl_->manager = nullptr;
+  // The manager stops every worker; a running method finishes first. Then the broker must
+  // handle the workers' down messages before ~actor_system stops the middleman (see
+  // "shutdown ordering" above).
+  impl_->system.await_all_actors_done();
+  detail::drain_basp(impl_->system, std::chrono::seconds(2));
+}
+
+int NodeServer::port() const { return impl_->port; }
+const NodeInfo& NodeServer::info() const { return impl_->info; }
+
+}  // namespace hyflow::cluster
