@@ -2,7 +2,9 @@
 // Small worker classes shared by the runtime tests.
 
 #include <hyflow/actors/all.hpp>
+#ifdef HYFLOW_TEST_WORKERS_PARALLEL  // builds with parallel/: a collective inside a method
 #include <hyflow/parallel/process_group.hpp>
+#endif
 
 #include <torch/torch.h>
 
@@ -69,6 +71,7 @@ class EchoWorker : public hyflow::Worker {
   }
   DataProto generate(DataProto batch) { return batch; }
   int throw_async(int r) { return throw_on_rank(r); }
+#ifdef HYFLOW_TEST_WORKERS_PARALLEL
   // Collective inside a method, over the group kept by the worker's host.
   double all_reduce_rank() {
     auto& pg = *host().get_or_create<hyflow::parallel::ProcessGroup>([this] {
@@ -79,6 +82,7 @@ class EchoWorker : public hyflow::Worker {
     pg.all_reduce(t);
     return t[0].item<double>();
   }
+#endif
   // Zero-copy check: the address of the first element of "x" on the worker.
   int64_t data_address(DataProto batch) {
     return static_cast<int64_t>(reinterpret_cast<intptr_t>(batch.batch.at("x").data_ptr()));
@@ -109,7 +113,9 @@ class EchoWorker : public hyflow::Worker {
     t.add("sleep_on_rank", &EchoWorker::sleep_on_rank, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("crash_on_rank", &EchoWorker::crash_on_rank, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("plus_one", &EchoWorker::plus_one, {.dispatch = Dispatch::DP_COMPUTE_PROTO, .blocking = false});
+#ifdef HYFLOW_TEST_WORKERS_PARALLEL
     t.add("all_reduce_rank", &EchoWorker::all_reduce_rank, {.dispatch = Dispatch::ONE_TO_ALL});
+#endif
     t.add("data_address", &EchoWorker::data_address, {.dispatch = Dispatch::DP_COMPUTE_METRIC});
     t.add("noop", &EchoWorker::noop, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("identity", &EchoWorker::identity, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
