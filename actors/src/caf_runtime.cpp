@@ -107,7 +107,8 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
 
 class CafWorkerHandle : public WorkerHandle {
  public:
-  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e) : actor(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
+  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e)
+      : actor(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
   const WorkerEnv& env() const override { return env_; }
   const WorkerSpec& spec() const override { return spec_; }
   worker_actor actor;
@@ -176,8 +177,8 @@ std::exception_ptr to_exception(caf::actor_system& sys, const collector_state& s
                                                  ": " + message));
   }
   if (e == caf::sec::request_receiver_down)
-    return std::make_exception_ptr(
-        WorkerDiedError(method, rank, "worker is down", "method '" + method + "': " + rank_label(st, rank) + " is dead"));
+    return std::make_exception_ptr(WorkerDiedError(method, rank, "worker is down",
+                                                   "method '" + method + "': " + rank_label(st, rank) + " is dead"));
   const std::string text = sys.render(e);
   return std::make_exception_ptr(
       CallError(method, rank, text, "method '" + method + "' failed on " + rank_label(st, rank) + ": " + text));
@@ -248,9 +249,9 @@ bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& c
       transfer->import_handles(*result);
       call->deliver(i, std::move(*result));
     } catch (const std::exception& e) {
-      call->fail(i, std::make_exception_ptr(CallError(
-                        call->method, rank, e.what(),
-                        "method '" + call->method + "': the result of " + label + " could not be received: " + e.what())));
+      call->fail(i, std::make_exception_ptr(CallError(call->method, rank, e.what(),
+                                                      "method '" + call->method + "': the result of " + label +
+                                                          " could not be received: " + e.what())));
     }
   };
   try {
@@ -314,7 +315,8 @@ void send_deferred(collector_actor* self) {
   if (!st.deferred.empty()) arm_tick(self);
 }
 
-caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor> workers, std::vector<std::string> names,
+caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor> workers,
+                                 std::vector<std::string> names,
                                  std::shared_ptr<std::vector<std::atomic<bool>>> alive) {
   auto& st = self->state;
   st.workers = std::move(workers);
@@ -464,8 +466,9 @@ class InProcessLauncher : public WorkerLauncher {
       pending[i].receive([](std::string&) {},
                          [&](caf::error& e) {
                            if (failure) return;
-                           const std::string msg = context_string(e, 1).empty() ? core_.system.render(e)
-                                                                                 : context_string(e, 0) + ": " + context_string(e, 1);
+                           const std::string msg = context_string(e, 1).empty()
+                                                       ? core_.system.render(e)
+                                                       : context_string(e, 0) + ": " + context_string(e, 1);
                            failure = std::make_exception_ptr(
                                CallError("__init__", static_cast<int>(i), msg,
                                          "constructing worker type '" + spec.type + "' failed on rank " +

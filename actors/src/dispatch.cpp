@@ -69,7 +69,8 @@ Dispatched split_proto_args(std::vector<Value> args, int64_t chunks, bool allow_
     } else {
       throw BindError("DP dispatch: " + arg_label(i) + " must be a DataProto or DataProtoFuture, got " + a.kind());
     }
-    for (int64_t r = 0; r < chunks; ++r) out.per_rank[static_cast<size_t>(r)][i] = std::move(pieces[static_cast<size_t>(r)]);
+    for (int64_t r = 0; r < chunks; ++r)
+      out.per_rank[static_cast<size_t>(r)][i] = std::move(pieces[static_cast<size_t>(r)]);
   }
   return out;
 }
@@ -214,12 +215,14 @@ std::atomic<bool>& auto_padding_flag() {
 
 void register_dispatch_mode(const std::string& name, DispatchFn dispatch, CollectFn collect, bool collects_dataproto) {
   if (!dispatch || !collect) throw ValueError("register_dispatch_mode('" + name + "'): both functions are required");
-  dispatch_registry().add(name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
+  dispatch_registry().add(
+      name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
 }
 
 void update_dispatch_mode(const std::string& name, DispatchFn dispatch, CollectFn collect, bool collects_dataproto) {
   if (!dispatch || !collect) throw ValueError("update_dispatch_mode('" + name + "'): both functions are required");
-  dispatch_registry().replace(name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
+  dispatch_registry().replace(
+      name, std::make_shared<DispatchFns>(DispatchFns{std::move(dispatch), std::move(collect), collects_dataproto}));
 }
 
 std::shared_ptr<const DispatchFns> dispatch_mode(const std::string& name) { return dispatch_registry().get(name); }

@@ -25,7 +25,8 @@ ResourcePool::ResourcePool(std::vector<int> process_on_nodes, int max_colocate_c
   if (use_gpu)
     for (size_t i = 0; i < process_on_nodes_.size(); ++i)
       if (process_on_nodes_[i] > n_gpus_per_node)
-        throw ValueError("ResourcePool: node " + std::to_string(i) + " asks for " + std::to_string(process_on_nodes_[i]) +
+        throw ValueError("ResourcePool: node " + std::to_string(i) + " asks for " +
+                         std::to_string(process_on_nodes_[i]) +
                          " GPU workers but has n_gpus_per_node=" + std::to_string(n_gpus_per_node));
 }
 
@@ -105,8 +106,9 @@ int ResourcePoolManager::get_n_gpus() const {
 void ResourcePoolManager::check_resources(const std::vector<int>& available_per_node) const {
   const int total = std::accumulate(available_per_node.begin(), available_per_node.end(), 0);
   if (total < get_n_gpus())
-    throw ValueError("resource check: the pools need " + std::to_string(get_n_gpus()) + " devices in total, the nodes " +
-                     list_str(available_per_node) + " offer " + std::to_string(total));
+    throw ValueError("resource check: the pools need " + std::to_string(get_n_gpus()) +
+                     " devices in total, the nodes " + list_str(available_per_node) + " offer " +
+                     std::to_string(total));
   // Each pool's per-node demand must fit on distinct nodes; place the largest demands first
   // on the nodes with the most free devices (pools are packed one after another).
   std::vector<int> free = available_per_node;

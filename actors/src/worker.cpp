@@ -86,7 +86,9 @@ NamedRegistry<WorkerFunction>& worker_functions() {
 }
 }  // namespace
 
-void register_worker_function(const std::string& name, WorkerFunction fn) { worker_functions().add(name, std::move(fn)); }
+void register_worker_function(const std::string& name, WorkerFunction fn) {
+  worker_functions().add(name, std::move(fn));
+}
 
 DataProto Worker::execute_with_func_generator(const std::string& function, DataProto data) {
   return worker_functions().get(function)(*this, std::move(data));

@@ -88,7 +88,8 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
   std::shared_ptr<const DispatchFns> fns =
       entry.options.inline_dispatch ? entry.options.inline_dispatch : dispatch_mode(entry.options.dispatch);
   if (!entry.options.inline_dispatch && entry.options.dispatch == Dispatch::DIRECT_ROLLOUT_METHOD)
-    throw NotSupportedError("method '" + method + "' is a DIRECT_ROLLOUT_METHOD: it cannot be called through a WorkerGroup");
+    throw NotSupportedError("method '" + method +
+                            "' is a DIRECT_ROLLOUT_METHOD: it cannot be called through a WorkerGroup");
   auto exec = execute_mode(entry.options.execute);
   // Generic futures are materialized here; DataProtoFutures travel to the workers.
   for (auto& a : args)
@@ -200,10 +201,11 @@ WorkerGroup WorkerGroup::from_detached(Runtime& runtime, const std::vector<std::
     if (workers[i]->spec().type != spec.type)
       throw ValueError("from_detached: worker '" + worker_names[i] + "' is a '" + workers[i]->spec().type +
                        "', the first is a '" + spec.type + "'");
-    if (workers[i]->env().rank != static_cast<int>(i) || workers[i]->env().world_size != static_cast<int>(workers.size()))
-      throw ValueError("from_detached: worker '" + worker_names[i] + "' is rank " + std::to_string(workers[i]->env().rank) +
-                       " of " + std::to_string(workers[i]->env().world_size) + ", given as rank " + std::to_string(i) +
-                       " of " + std::to_string(workers.size()));
+    if (workers[i]->env().rank != static_cast<int>(i) ||
+        workers[i]->env().world_size != static_cast<int>(workers.size()))
+      throw ValueError("from_detached: worker '" + worker_names[i] + "' is rank " +
+                       std::to_string(workers[i]->env().rank) + " of " + std::to_string(workers[i]->env().world_size) +
+                       ", given as rank " + std::to_string(i) + " of " + std::to_string(workers.size()));
   }
   auto core = std::make_shared<detail::GroupCore>();
   core->spec = spec;
@@ -257,7 +259,8 @@ std::map<std::string, WorkerGroup> WorkerGroup::spawn(const std::vector<std::str
 
 void WorkerGroup::kill_worker(int rank) {
   if (rank < 0 || rank >= world_size())
-    throw ValueError("kill_worker: rank " + std::to_string(rank) + " outside world size " + std::to_string(world_size()));
+    throw ValueError("kill_worker: rank " + std::to_string(rank) + " outside world size " +
+                     std::to_string(world_size()));
   view_->core->transport->kill(rank);
 }
 

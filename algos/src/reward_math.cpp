@@ -98,7 +98,8 @@ std::optional<std::string> last_boxed_only_string(const std::string& string) {
 std::string remove_boxed(const std::string& s) {
   if (contains(s, "\\boxed ")) {
     const std::string left = "\\boxed ";
-    if (s.compare(0, left.size(), left) != 0) throw ValueError("remove_boxed: '" + s + "' does not start with '\\boxed '");
+    if (s.compare(0, left.size(), left) != 0)
+      throw ValueError("remove_boxed: '" + s + "' does not start with '\\boxed '");
     return s.substr(left.size());
   }
   const std::string left = "\\boxed{";

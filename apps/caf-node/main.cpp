@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   auto flag = [&](const char* name) { return vm.count(name) ? vm[name].as<std::string>() : std::string(); };
   options.tls = {flag("tls-cert"), flag("tls-key"), flag("tls-ca")};
   try {
-    if (vm.count("secret-file")) options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
+    if (vm.count("secret-file"))
+      options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
     // A bad TLS file makes CAF abort at the first connection: check them all before starting.
     hyflow::cluster::check_tls_files(options.tls, {"--tls-cert", "--tls-key", "--tls-ca"});
   } catch (const std::exception& e) {
@@ -94,7 +95,8 @@ int main(int argc, char** argv) {
   try {
     hyflow::cluster::NodeServer server(options);
     if (options.secret.empty())
-      hyflow::cluster::cluster_log("warning: no --secret-file: any controller that reaches this port can run workers here");
+      hyflow::cluster::cluster_log(
+          "warning: no --secret-file: any controller that reaches this port can run workers here");
     const auto& info = server.info();
     std::string gpus = std::to_string(info.gpus) + " GPUs";
     for (size_t i = 0; i < info.gpu_names.size(); ++i)
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
                         " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
     std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
-    hyflow::cluster::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
+    hyflow::cluster::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") +
+                                 ", shutting down");
     // A worker stuck in a long method cannot be preempted: give shutdown 10 s, then leave.
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::seconds(10));

@@ -2,5 +2,6 @@
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 int main(int argc, char** argv) {
-  return hyflow::trainer::run_ppo_app(argc, argv, "hyflow-reinforce-pp", {{"algorithm.adv_estimator", "reinforce_plus_plus"}});
+  return hyflow::trainer::run_ppo_app(argc, argv, "hyflow-reinforce-pp",
+                                      {{"algorithm.adv_estimator", "reinforce_plus_plus"}});
 }

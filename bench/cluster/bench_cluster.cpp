@@ -86,7 +86,8 @@ int raw_peer_main() {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0) die("raw peer: cannot listen");
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0)
+    die("raw peer: cannot listen");
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
   std::cout << "raw peer listening on 127.0.0.1:" << ntohs(a.sin_port) << std::endl;
   std::vector<char> buf(static_cast<size_t>(kBulkBytes), 1);
@@ -300,8 +301,9 @@ int main(int argc, char** argv) {
     const std::string n = std::to_string(calls);
     const double med = quantile(f.noop.ours, 0.5), p99 = quantile(f.noop.ours, 0.99);
     const double raw_med = quantile(f.noop.raw, 0.5), raw_p99 = quantile(f.noop.raw, 0.99);
-    emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1, " + label + " (median of " + n + ")",
-         med, "us", "raw TCP ping-pong of 64 bytes between 2 processes (median)", raw_med, raw_med / med);
+    emit("cluster_call_latency",
+         "no-op call, 1 worker on a caf-node over 127.0.0.1, " + label + " (median of " + n + ")", med, "us",
+         "raw TCP ping-pong of 64 bytes between 2 processes (median)", raw_med, raw_med / med);
     emit("cluster_call_latency", "no-op call, 1 worker on a caf-node over 127.0.0.1, " + label + " (p99 of " + n + ")",
          p99, "us", "raw TCP ping-pong of 64 bytes between 2 processes (p99)", raw_p99, raw_p99 / p99);
     const std::string r = std::to_string(reps);

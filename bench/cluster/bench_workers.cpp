@@ -14,7 +14,8 @@ int64_t ClusterBenchWorker::nbytes(DataProto batch) {
 }
 
 DataProto ClusterBenchWorker::make(int64_t bytes) {
-  if (bytes <= 0 || bytes % 4 != 0) throw ValueError("make: bytes must be a positive multiple of 4, got " + std::to_string(bytes));
+  if (bytes <= 0 || bytes % 4 != 0)
+    throw ValueError("make: bytes must be a positive multiple of 4, got " + std::to_string(bytes));
   // Made once per size: the figure is the transfer, not the allocation.
   if (!cached_.batch.contains("x") || nbytes(cached_) != bytes) {
     const int64_t floats = bytes / 4;

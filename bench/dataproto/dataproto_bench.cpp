@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   emit("dataproto_serialize_roundtrip", case_name, mb / t_roundtrip, "MB/s", "memcpy", memcpy_mbs,
        t_memcpy / t_roundtrip);
   // As a receiver does it: encode into a fresh message buffer, decode aliasing that buffer.
-  const double t_owned = median_seconds(reps, [&] { decoded = hyflow::dataproto::deserialize_owned(hyflow::dataproto::serialize(batch)); });
+  const double t_owned = median_seconds(
+      reps, [&] { decoded = hyflow::dataproto::deserialize_owned(hyflow::dataproto::serialize(batch)); });
   emit("dataproto_serialize_roundtrip_owned", case_name, mb / t_owned, "MB/s", "memcpy", memcpy_mbs,
        t_memcpy / t_owned);
 

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   std::string model = argc > 1 ? argv[1] : "";
   if (model.empty()) {  // the main job's warm-up, as scripts/main-job.sh runs it
     Config sft(ConfigSchema::sft);
-    sft.apply_arguments({std::string("--config=") + HYFLOW_SFT_CONFIG, "--trainer.default_local_dir=" + (tmp / "sft").string()});
+    sft.apply_arguments(
+        {std::string("--config=") + HYFLOW_SFT_CONFIG, "--trainer.default_local_dir=" + (tmp / "sft").string()});
     std::cerr << "trainer_bench: no MODEL_DIR given, warming up the built-in model (" << HYFLOW_SFT_CONFIG << ")\n";
     std::streambuf* out = std::cout.rdbuf(std::cerr.rdbuf());  // stdout carries only JSON lines
     (void)run_sft(sft);
@@ -70,8 +71,10 @@ int main(int argc, char** argv) {
   const auto& ids = b.batch.at("input_ids");
   const auto& mask = b.batch.at("attention_mask");
   for (int64_t r = 0; r < ids.size(0); ++r) {
-    prompts["input_ids"].push_back(std::vector<int64_t>(ids[r].data_ptr<int64_t>(), ids[r].data_ptr<int64_t>() + ids.size(1)));
-    prompts["attention_mask"].push_back(std::vector<int64_t>(mask[r].data_ptr<int64_t>(), mask[r].data_ptr<int64_t>() + ids.size(1)));
+    prompts["input_ids"].push_back(
+        std::vector<int64_t>(ids[r].data_ptr<int64_t>(), ids[r].data_ptr<int64_t>() + ids.size(1)));
+    prompts["attention_mask"].push_back(
+        std::vector<int64_t>(mask[r].data_ptr<int64_t>(), mask[r].data_ptr<int64_t>() + ids.size(1)));
     prompts["truths"].push_back(b.non_tensor_batch.at("reward_model")[static_cast<size_t>(r)].at("ground_truth"));
   }
   for (int64_t t = 0; t < tok->vocab_size(); ++t) prompts["itos"].push_back(tok->decode({t}));
@@ -79,8 +82,9 @@ int main(int argc, char** argv) {
   std::ofstream(prompts_file) << prompts.dump();
   // Debian's python3-torch lives in /usr/bin/python3's site-packages; HYFLOW_PYTHON overrides.
   const char* python = std::getenv("HYFLOW_PYTHON");
-  const std::string cmd = std::string(python ? python : "/usr/bin/python3") + " " + std::string(HYFLOW_TRAINER_PEER_SCRIPT) + " " + model + " " + prompts_file.string() +
-                          " " + std::to_string(c.get_int("actor_rollout_ref.rollout.n")) + " " +
+  const std::string cmd = std::string(python ? python : "/usr/bin/python3") + " " +
+                          std::string(HYFLOW_TRAINER_PEER_SCRIPT) + " " + model + " " + prompts_file.string() + " " +
+                          std::to_string(c.get_int("actor_rollout_ref.rollout.n")) + " " +
                           std::to_string(c.get_int("data.max_response_length")) + " " + std::to_string(steps) + " " +
                           std::to_string(c.get_double("actor_rollout_ref.actor.optim.lr"));
   FILE* pipe = ::popen(cmd.c_str(), "r");
@@ -94,7 +98,8 @@ int main(int argc, char** argv) {
   const auto peer = nlohmann::json::parse(out.substr(out.find('{')));
   const double peer_step = peer.at("mean_step_s").get<double>();
   emit("step time (main-job config, s)", mean["timing_s/step"], "s", peer_step, false);
-  emit("throughput (tokens/s)", tokens / mean["timing_s/step"], "tokens/s", peer.at("tokens").get<double>() / peer_step, true);
+  emit("throughput (tokens/s)", tokens / mean["timing_s/step"], "tokens/s", peer.at("tokens").get<double>() / peer_step,
+       true);
   for (const char* part : {"gen", "reward", "old_log_prob", "adv", "update_actor"})
     if (mean.count(std::string("timing_s/") + part) && peer.at("timing").contains(part))
       emit(std::string("timing_s/") + part, mean[std::string("timing_s/") + part], "s",

@@ -112,8 +112,8 @@ void recv_all(int fd, char* data, size_t n, std::chrono::milliseconds timeout, c
       continue;
     }
     if (k == 0)
-      throw DataPlaneError(what + ": short read: the peer closed the connection after " + std::to_string(done) + " of " +
-                           std::to_string(n) + " bytes");
+      throw DataPlaneError(what + ": short read: the peer closed the connection after " + std::to_string(done) +
+                           " of " + std::to_string(n) + " bytes");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(fd, POLLIN, timeout))
@@ -684,7 +684,8 @@ ExportPolicy policy_of(DataPlane& plane, bool expires) {
   auto& p = process_plane();
   std::lock_guard lock(p.mutex);
   if (p.plane.get() == &plane) return {[&plane]() -> DataPlane& { return plane; }, p.enabled, p.threshold, expires};
-  return {[&plane]() -> DataPlane& { return plane; }, plane.options().enabled, plane.options().threshold_bytes, expires};
+  return {[&plane]() -> DataPlane& { return plane; }, plane.options().enabled, plane.options().threshold_bytes,
+          expires};
 }
 
 ExportPolicy process_policy(bool expires) {

@@ -22,7 +22,9 @@
 namespace hyflow::cluster {
 namespace detail {
 
-caf::error node_error(std::string text) { return caf::error(1, caf::atom("hfnode"), caf::make_message(std::move(text))); }
+caf::error node_error(std::string text) {
+  return caf::error(1, caf::atom("hfnode"), caf::make_message(std::move(text)));
+}
 
 std::string error_text(caf::actor_system& sys, const caf::error& e) {
   if (e.category() == caf::atom("hfnode") || e.category() == caf::atom("hyflow")) {
@@ -41,10 +43,12 @@ int free_port(const std::string& bind) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = 0;
-  if (::inet_pton(AF_INET, bind == "localhost" ? "127.0.0.1" : bind.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = INADDR_ANY;
+  if (::inet_pton(AF_INET, bind == "localhost" ? "127.0.0.1" : bind.c_str(), &a.sin_addr) != 1)
+    a.sin_addr.s_addr = INADDR_ANY;
   int port = 0;
   socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
     port = ntohs(a.sin_port);
   ::close(fd);
   return port;

@@ -75,7 +75,8 @@ struct RemoteLauncher::Impl {
     const std::string nonce = hello.value("nonce", "");
     if (!nonce.empty()) {
       if (options.secret.empty())
-        throw ClusterError("node " + addr + " requires a shared secret and the controller has none (cluster secret file)");
+        throw ClusterError("node " + addr +
+                           " requires a shared secret and the controller has none (cluster secret file)");
       self->request(n.manager, timeout, detail::auth_atom::value, n.session, challenge_proof(options.secret, nonce))
           .receive([](std::string&) {}, [&](caf::error& e) { failure = detail::error_text(sys, e); });
       if (!failure.empty()) throw ClusterError("node " + addr + ": " + failure);
@@ -102,8 +103,9 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
     // CAF's TLS sessions read the files from the actor system's configuration and need the
     // openssl module, loaded when the system was built: the Runtime must carry the same files.
     if (!sys.has_openssl_manager())
-      throw ValueError("cluster TLS (cluster.tls_cert/tls_key/tls_ca) needs a Runtime created with CAF's openssl module "
-                       "and the same three files (hyflow::cluster::with_tls); this Runtime has no TLS");
+      throw ValueError(
+          "cluster TLS (cluster.tls_cert/tls_key/tls_ca) needs a Runtime created with CAF's openssl module "
+          "and the same three files (hyflow::cluster::with_tls); this Runtime has no TLS");
     const auto& cfg = sys.config();
     if (cfg.openssl_certificate != options.tls.cert || cfg.openssl_key != options.tls.key ||
         cfg.openssl_cafile != options.tls.ca)
@@ -195,19 +197,20 @@ std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std:
     placed[i].master_port = master_port;
     placed[i].name += "@" + im.nodes[node_of[i]].info.address;
   }
-  using spawn_handle = decltype(self->request(master.manager, caf::infinite, detail::spawn_atom::value, uint64_t{0}, std::string{}));
+  using spawn_handle =
+      decltype(self->request(master.manager, caf::infinite, detail::spawn_atom::value, uint64_t{0}, std::string{}));
   std::vector<spawn_handle> spawns;
   for (size_t i = 0; i < placed.size(); ++i) {
     auto& n = im.nodes[node_of[i]];
-    spawns.push_back(self->request(n.manager, caf::timespan{im.options.spawn_timeout}, detail::spawn_atom::value, n.session,
-                                   placed[i].name));
+    spawns.push_back(self->request(n.manager, caf::timespan{im.options.spawn_timeout}, detail::spawn_atom::value,
+                                   n.session, placed[i].name));
   }
   for (size_t i = 0; i < spawns.size(); ++i)
     spawns[i].receive([&](caf::actor& a) { spawned.push_back(std::move(a)); },
                       [&](caf::error& e) {
                         if (failure.empty())
-                          failure = "node " + im.nodes[node_of[i]].info.address + ": spawning rank " + std::to_string(i) +
-                                    " failed: " + detail::error_text(sys, e);
+                          failure = "node " + im.nodes[node_of[i]].info.address + ": spawning rank " +
+                                    std::to_string(i) + " failed: " + detail::error_text(sys, e);
                       });
   if (!failure.empty()) fail(failure);
   const std::string spec_json = spec.to_json().dump();

@@ -41,7 +41,8 @@ std::unique_ptr<X509, decltype(&X509_free)> read_certificate(const std::string& 
   auto f = open_pem(path, what);
   ERR_clear_error();
   std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_X509(f.get(), nullptr, nullptr, nullptr), &X509_free);
-  if (!cert) throw ValueError("TLS " + what + " file '" + path + "' holds no PEM certificate (" + openssl_reason() + ")");
+  if (!cert)
+    throw ValueError("TLS " + what + " file '" + path + "' holds no PEM certificate (" + openssl_reason() + ")");
   return cert;
 }
 

@@ -388,7 +388,8 @@ DataProto DataProto::concat(const std::vector<DataProto>& parts) {
     for (size_t p = 0; p < parts.size(); ++p) {
       auto it = parts[p].non_tensor_batch.find(key);
       if (it == parts[p].non_tensor_batch.end())
-        throw KeyError("DataProto::concat: part " + str(static_cast<int64_t>(p)) + " has no non_tensor_batch '" + key + "'");
+        throw KeyError("DataProto::concat: part " + str(static_cast<int64_t>(p)) + " has no non_tensor_batch '" + key +
+                       "'");
       merged.insert(merged.end(), it->second.begin(), it->second.end());
     }
     out.non_tensor_batch[key] = std::move(merged);
@@ -415,7 +416,8 @@ DataProto DataProto::concat(const std::vector<DataProto>& parts) {
   }
   if (!metrics.empty()) {
     Json gathered = Json::object();
-    if (!metrics.front().is_object()) throw ValueError("DataProto::concat: meta_info['metrics'] entries must be objects");
+    if (!metrics.front().is_object())
+      throw ValueError("DataProto::concat: meta_info['metrics'] entries must be objects");
     for (auto it = metrics.front().begin(); it != metrics.front().end(); ++it) {
       Json values = Json::array();
       for (const Json& m : metrics) {
@@ -558,7 +560,8 @@ DataProto collate(const std::vector<DataProtoItem>& items) {
     rows.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       auto it = items[i].batch.find(key);
-      if (it == items[i].batch.end()) throw KeyError("collate: item " + str(static_cast<int64_t>(i)) + " has no tensor '" + key + "'");
+      if (it == items[i].batch.end())
+        throw KeyError("collate: item " + str(static_cast<int64_t>(i)) + " has no tensor '" + key + "'");
       rows.push_back(it->second);
     }
     out.batch.set(key, at::stack(rows, 0));

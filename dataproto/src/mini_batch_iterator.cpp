@@ -11,7 +11,8 @@ namespace hyflow::dataproto {
 MiniBatchIterator::MiniBatchIterator(DataProto data, MiniBatchOptions options)
     : data_(std::move(data)), options_(options) {
   if (options_.mini_batch_size <= 0)
-    throw ValueError("make_iterator: mini_batch_size must be positive, got " + std::to_string(options_.mini_batch_size));
+    throw ValueError("make_iterator: mini_batch_size must be positive, got " +
+                     std::to_string(options_.mini_batch_size));
   if (options_.epochs < 0)
     throw ValueError("make_iterator: epochs must be >= 0, got " + std::to_string(options_.epochs));
   if (data_.size() % options_.mini_batch_size != 0)

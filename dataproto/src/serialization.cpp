@@ -159,7 +159,8 @@ class Decoder {
 
   void require(uint64_t n, const std::string& what) const {
     if (n > source_.remaining())
-      fail(what + " declares " + std::to_string(n) + " bytes but only " + std::to_string(source_.remaining()) + " remain");
+      fail(what + " declares " + std::to_string(n) + " bytes but only " + std::to_string(source_.remaining()) +
+           " remain");
   }
 
   std::string read_name(const char* what) {
@@ -207,7 +208,8 @@ class Decoder {
       if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) fail("tensor '" + key + "' is too large");
     }
     if (dims[0] != batch_size)
-      fail("tensor '" + key + "' has " + std::to_string(dims[0]) + " rows but the batch has " + std::to_string(batch_size));
+      fail("tensor '" + key + "' has " + std::to_string(dims[0]) + " rows but the batch has " +
+           std::to_string(batch_size));
     const auto nbytes = read<uint64_t>("tensor byte count");
     uint64_t expected = 0;
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(dtype->type)), &expected) ||

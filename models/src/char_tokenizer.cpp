@@ -13,7 +13,8 @@ CharTokenizer::CharTokenizer(CharTokenizerOptions options) {
   num_special_ = static_cast<int64_t>(tokens_.size());
   for (unsigned char c : options.alphabet) {
     if (c >= 0x80) throw ValueError("CharTokenizer: alphabet byte " + std::to_string(c) + " is not ASCII");
-    if (char_ids_[c] >= 0) throw ValueError(std::string("CharTokenizer: alphabet repeats '") + static_cast<char>(c) + "'");
+    if (char_ids_[c] >= 0)
+      throw ValueError(std::string("CharTokenizer: alphabet repeats '") + static_cast<char>(c) + "'");
     char_ids_[c] = static_cast<int64_t>(tokens_.size());
     tokens_.emplace_back(1, static_cast<char>(c));
   }

@@ -60,7 +60,8 @@ void ModelConfig::validate() const {
                      ") must be divisible by num_attention_heads (" + std::to_string(num_attention_heads) + ")");
   }
   if (resolved_head_dim() % 2 != 0) {
-    throw ValueError("ModelConfig: head_dim must be even for rotary embeddings, got " + std::to_string(resolved_head_dim()));
+    throw ValueError("ModelConfig: head_dim must be even for rotary embeddings, got " +
+                     std::to_string(resolved_head_dim()));
   }
   if (rope_scaling.type != "none" && rope_scaling.type != "linear") {
     throw ValueError("ModelConfig: rope_scaling type '" + rope_scaling.type + "' is not supported (none, linear)");

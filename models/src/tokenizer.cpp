@@ -31,7 +31,8 @@ DataProto encode_prompts(const Tokenizer& tokenizer, const std::vector<std::stri
     ids[b].narrow(0, P - len, len).copy_(torch::tensor(row, torch::kLong));
     mask[b].narrow(0, P - len, len).fill_(1);
   }
-  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", position_ids_from_mask(mask)}});
+  return DataProto(
+      TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", position_ids_from_mask(mask)}});
 }
 
 }  // namespace hyflow::models

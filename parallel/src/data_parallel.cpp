@@ -144,7 +144,8 @@ void save_rng_state(const std::filesystem::path& file, const at::Generator* extr
 }
 
 void load_rng_state(const std::filesystem::path& file, at::Generator* extra) {
-  if (!std::filesystem::is_regular_file(file)) throw FormatError("RNG checkpoint '" + file.string() + "' does not exist");
+  if (!std::filesystem::is_regular_file(file))
+    throw FormatError("RNG checkpoint '" + file.string() + "' does not exist");
   torch::serialize::InputArchive archive;
   at::Tensor cpu, other;
   try {

@@ -74,7 +74,8 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.name, tcp);
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
+    impl_->group =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
   } catch (const c10::Error& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what_without_backtrace());
   } catch (const std::exception& e) {

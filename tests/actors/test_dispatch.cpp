@@ -191,7 +191,8 @@ TEST_CASE("method table invokes members with converted arguments and names type 
                     Catch::Contains("argument 0 of 'add_rank'") && Catch::Contains("string"));
   std::vector<Value> none;
   CHECK_THROWS_WITH(t.at("add_rank", "EchoWorker").invoke(w, none), Catch::Contains("takes 1 argument"));
-  CHECK_THROWS_WITH(t.at("no_such", "EchoWorker"), Catch::Contains("no method 'no_such'") && Catch::Contains("add_rank"));
+  CHECK_THROWS_WITH(t.at("no_such", "EchoWorker"),
+                    Catch::Contains("no method 'no_such'") && Catch::Contains("add_rank"));
   CHECK(t.at("double_x", "EchoWorker").options.dispatch == std::string(Dispatch::DP_COMPUTE_PROTO));
   CHECK(t.at("double_x", "EchoWorker").returns_dataproto);
   CHECK(t.at("noop", "EchoWorker").options.blocking);             // verl's defaults

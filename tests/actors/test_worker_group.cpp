@@ -185,7 +185,8 @@ TEST_CASE("with materialize_futures off a method receives the DataProtoFuture it
 
 TEST_CASE("a member registered under two names must be called by name") {
   auto wg = echo_group(1);
-  CHECK_THROWS_WITH(wg.call(&EchoWorker::add_rank, 1), Catch::Contains("several names") && Catch::Contains("'add_rank_dp'"));
+  CHECK_THROWS_WITH(wg.call(&EchoWorker::add_rank, 1),
+                    Catch::Contains("several names") && Catch::Contains("'add_rank_dp'"));
 }
 
 TEST_CASE("DIRECT_ROLLOUT_METHOD cannot be called through a group") {

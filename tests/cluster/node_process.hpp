@@ -89,13 +89,15 @@ class NodeProcess {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (line.find('\n') == std::string::npos) {
       pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
         throw std::runtime_error("caf-node did not report its port within 20 s");
       char buf[256];
       ssize_t n = read(fd_, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw std::runtime_error("caf-node exited before listening (read " + std::to_string(n) + "): " + line);
+      if (n <= 0)
+        throw std::runtime_error("caf-node exited before listening (read " + std::to_string(n) + "): " + line);
       line.append(buf, static_cast<size_t>(n));
     }
     auto colon = line.rfind(':');

@@ -313,7 +313,8 @@ TEST_CASE("every dispatch mode works across 2 node processes") {
     CHECK(from_value<std::vector<int>>(wg.call("add_rank_all", per_rank(inputs)), "all") ==
           std::vector<int>{10, 21, 32, 43});  // ALL_TO_ALL
     CHECK(from_value<int>(wg.call("add_rank_zero", 5), "zero") == 5);  // execute RANK_ZERO
-    auto metrics = from_value<std::vector<Json>>(wg.call("metrics", test::make_batch(8)), "metrics");  // DP_COMPUTE_METRIC
+    auto metrics =
+        from_value<std::vector<Json>>(wg.call("metrics", test::make_batch(8)), "metrics");  // DP_COMPUTE_METRIC
     REQUIRE(metrics.size() == 4);
     CHECK(metrics[3]["rank"] == 3);
     CHECK(metrics[3]["rows"] == 2);

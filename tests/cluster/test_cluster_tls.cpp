@@ -99,12 +99,14 @@ TEST_CASE("caf-node refuses a partial or bad TLS file set at start-up, naming th
   auto not_pem = run_node("--tls-cert=" + node.cert + " --tls-key=" + node.key + " --tls-ca=" + node.key);
   CHECK(not_pem.status == 2);
   CHECK_THAT(not_pem.output, Contains("TLS CA file") && Contains("no PEM certificate"));
-  auto wrong_key = run_node("--tls-cert=" + node.cert + " --tls-key=" + certs.path("rogue.key") + " --tls-ca=" + node.ca);
+  auto wrong_key =
+      run_node("--tls-cert=" + node.cert + " --tls-key=" + certs.path("rogue.key") + " --tls-ca=" + node.ca);
   CHECK(wrong_key.status == 2);
   CHECK_THAT(wrong_key.output, Contains("does not belong to the certificate"));
   // The same checks guard the controller side, naming the config keys.
-  CHECK_THROWS_WITH(check_tls_files({node.cert, "", node.ca}, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}),
-                    Contains("cluster.tls_key missing"));
+  CHECK_THROWS_WITH(
+      check_tls_files({node.cert, "", node.ca}, {"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}),
+      Contains("cluster.tls_key missing"));
   CHECK_FALSE(check_tls_files({}));
   CHECK(check_tls_files(node));
   // and the controller's Runtime options, before CAF sees the files

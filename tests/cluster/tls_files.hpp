@@ -58,7 +58,8 @@ class TlsCertificates {
     if (std::system(full.c_str()) != 0) throw std::runtime_error("making test certificates failed: " + cmd);
   }
   void make_ca(const std::string& name, const std::string& cn) const {
-    run("openssl req -x509 -newkey rsa:2048 -nodes -keyout " + name + ".key -out " + name + ".pem -days 2 -subj /CN=" + cn);
+    run("openssl req -x509 -newkey rsa:2048 -nodes -keyout " + name + ".key -out " + name +
+        ".pem -days 2 -subj /CN=" + cn);
   }
   void make_signed(const std::string& name, const std::string& ca, const std::string& cn) const {
     run("openssl req -newkey rsa:2048 -nodes -keyout " + name + ".key -out " + name + ".csr -subj /CN=" + cn);

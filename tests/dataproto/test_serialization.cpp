@@ -73,7 +73,9 @@ TEST_CASE("round trip of non-contiguous, sliced and empty tensors") {
   DataProto zero_rows(TensorDict{{"x", torch::zeros({0, 3})}});
   CHECK(identical(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(zero_rows)), zero_rows));
   CHECK(identical(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(DataProto())), DataProto()));
-  CHECK(hyflow::dataproto::deserialize(hyflow::dataproto::serialize(DataProto(TensorDict::with_batch_size(5)))).size() == 5);
+  CHECK(
+      hyflow::dataproto::deserialize(hyflow::dataproto::serialize(DataProto(TensorDict::with_batch_size(5)))).size() ==
+      5);
 }
 
 TEST_CASE("randomized round trips over shapes and dtypes") {

@@ -68,7 +68,8 @@ TEST_CASE("Hugging Face config keys are read: eos lists, attention_bias, head_di
   CHECK(c.eos_token_ids == std::vector<int64_t>{128001, 128009});
   CHECK(c.resolved_pad_token_id() == 128001);
   j.erase("vocab_size");
-  CHECK_THROWS_WITH(config_from_json(j, "x/config.json"), Catch::Contains("x/config.json") && Catch::Contains("vocab_size"));
+  CHECK_THROWS_WITH(config_from_json(j, "x/config.json"),
+                    Catch::Contains("x/config.json") && Catch::Contains("vocab_size"));
   j["vocab_size"] = 100;
   j["architectures"] = {"GPT2LMHeadModel"};
   CHECK_THROWS_AS(config_from_json(j), FormatError);
@@ -83,7 +84,9 @@ TEST_CASE("a saved model reloads bit-identically in float32, bf16 and fp16") {
     save_pretrained(*model, model->config(), dir.path);
     auto back = load_causal_lm(dir.path);
     CHECK(same_parameters_bitwise(*model, *back));
-    CHECK(load_config(dir.path).torch_dtype == (dtype == torch::kFloat ? "float32" : dtype == torch::kBFloat16 ? "bfloat16" : "float16"));
+    CHECK(load_config(dir.path).torch_dtype == (dtype == torch::kFloat      ? "float32"
+                                                : dtype == torch::kBFloat16 ? "bfloat16"
+                                                                            : "float16"));
     if (dtype != torch::kHalf) {  // LibTorch 1.13 has no fp16 matmul on CPU
       auto ids = torch::tensor({{1, 2, 3}});
       CHECK(torch::equal(model(ids), back(ids)));
@@ -146,7 +149,8 @@ TEST_CASE("safetensors round trip keeps names, order, dtypes and integer tensors
   CHECK(meta["format"] == "pt");
   const auto bytes = read_bytes(dir.path / "t.safetensors");
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   CHECK((8 + header_len) % 8 == 0);  // tensor data starts 8-byte aligned
 }
 
@@ -175,15 +179,18 @@ TEST_CASE("corrupt safetensors are rejected with a FormatError naming file and t
     CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("JSON"));
   }
   SECTION("size disagrees with shape") {
-    write_bytes(file, safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", std::string(16, '\0')));
+    write_bytes(
+        file, safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", std::string(16, '\0')));
     CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("'w'") && Catch::Contains("expected 24"));
   }
   SECTION("unknown dtype") {
-    write_bytes(file, safetensors_bytes(R"({"w":{"dtype":"F8_E9","shape":[2],"data_offsets":[0,2]}})", std::string(2, '\0')));
+    write_bytes(file,
+                safetensors_bytes(R"({"w":{"dtype":"F8_E9","shape":[2],"data_offsets":[0,2]}})", std::string(2, '\0')));
     CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("F8_E9") && Catch::Contains("'w'"));
   }
   SECTION("offsets reversed") {
-    write_bytes(file, safetensors_bytes(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[4,2]}})", std::string(4, '\0')));
+    write_bytes(file,
+                safetensors_bytes(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[4,2]}})", std::string(4, '\0')));
     CHECK_THROWS_AS(read_safetensors(file), FormatError);
   }
   SECTION("a checkpoint file cut in half") {

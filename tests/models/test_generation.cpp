@@ -79,12 +79,14 @@ TEST_CASE("rollout batch has verl's keys, right-padded responses and masks up to
   torch::manual_seed(13);
   CausalLM model(small_config());
   auto prompts = prompt_batch(kPrompts);
-  auto probe = generate(model, prompts, GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {36}});
+  auto probe =
+      generate(model, prompts, GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {36}});
   // Declare row 0's third greedy token the EOS: row 0 must then stop right after it.
   const int64_t eos = probe.batch["responses"][0][2].item<int64_t>();
   const int64_t pad = 1;
-  auto out = generate(model, prompts,
-                      GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {eos}, .pad_token_id = pad});
+  auto out =
+      generate(model, prompts,
+               GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {eos}, .pad_token_id = pad});
   const auto& b = out.batch;
   for (const char* key : {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"}) {
     CHECK(b.contains(key));
@@ -138,7 +140,8 @@ TEST_CASE("temperature near 0 generates what greedy generates") {
   CausalLM model(small_config());
   auto prompts = prompt_batch(kPrompts);
   auto greedy = generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .do_sample = false});
-  auto cold = generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .sampling = {.temperature = 1e-5}, .seed = 3});
+  auto cold =
+      generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .sampling = {.temperature = 1e-5}, .seed = 3});
   CHECK(torch::equal(greedy.batch["responses"], cold.batch["responses"]));
 }
 
@@ -190,8 +193,9 @@ TEST_CASE("a bf16 model generates with float32 rollout log-probs") {
   torch::manual_seed(19);
   CausalLM model(small_config());
   model->to(torch::kBFloat16);
-  auto out = generate(model, prompt_batch(kPrompts),
-                      GenerationOptions{.max_new_tokens = 5, .sampling = {.top_k = 5}, .seed = 1, .return_log_probs = true});
+  auto out =
+      generate(model, prompt_batch(kPrompts),
+               GenerationOptions{.max_new_tokens = 5, .sampling = {.top_k = 5}, .seed = 1, .return_log_probs = true});
   CHECK(out.batch["responses"].sizes() == torch::IntArrayRef({3, 5}));
   CHECK(out.batch["rollout_log_probs"].scalar_type() == torch::kFloat);
   CHECK(out.batch["rollout_log_probs"].isfinite().all().item<bool>());

@@ -21,7 +21,8 @@ struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& tag) {
     static int n = 0;
-    path = fs::temp_directory_path() / ("hyflow_ppo_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    path = fs::temp_directory_path() /
+           ("hyflow_ppo_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
     fs::remove_all(path);
     fs::create_directories(path);
   }

@@ -15,7 +15,8 @@ using hyflow::trainer::Config;
 namespace {
 std::string write_ini(const std::string& text) {
   static int n = 0;
-  auto path = std::filesystem::temp_directory_path() / ("hyflow_cfg_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".ini");
+  auto path = std::filesystem::temp_directory_path() /
+              ("hyflow_cfg_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".ini");
   std::ofstream(path) << text;
   return path.string();
 }
@@ -35,7 +36,8 @@ TEST_CASE("INI sections set dotted keys and command-line overrides win") {
   const auto ini = write_ini("[algorithm]\nadv_estimator = grpo\n[actor_rollout_ref.rollout]\nn = 4\n"
                              "[actor_rollout_ref.actor.optim]\nlr = 3e-4\n");
   Config c;
-  const bool help = c.apply_arguments({"--config=" + ini, "--actor_rollout_ref.rollout.n=8", "--data.val_batch_size=null"});
+  const bool help =
+      c.apply_arguments({"--config=" + ini, "--actor_rollout_ref.rollout.n=8", "--data.val_batch_size=null"});
   CHECK_FALSE(help);
   CHECK(c.get_string("algorithm.adv_estimator") == "grpo");
   CHECK(c.get_int("actor_rollout_ref.rollout.n") == 8);

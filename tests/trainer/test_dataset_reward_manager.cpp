@@ -19,7 +19,8 @@ std::shared_ptr<const models::Tokenizer> char_tok() { return std::make_shared<mo
 
 std::string write_file(const std::string& text) {
   static int n = 0;
-  auto path = std::filesystem::temp_directory_path() / ("hyflow_ds_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".jsonl");
+  auto path = std::filesystem::temp_directory_path() /
+              ("hyflow_ds_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".jsonl");
   std::ofstream(path) << text;
   return path.string();
 }
@@ -29,7 +30,8 @@ DataProto rollout(const std::vector<std::string>& prompts, const std::vector<std
                   const std::vector<std::string>& truths) {
   auto tok = char_tok();
   const int64_t B = static_cast<int64_t>(prompts.size()), P = 4, T = 5;
-  auto p = torch::full({B, P}, tok->pad_token_id(), torch::kLong), r = torch::full({B, T}, tok->pad_token_id(), torch::kLong);
+  auto p = torch::full({B, P}, tok->pad_token_id(), torch::kLong),
+       r = torch::full({B, T}, tok->pad_token_id(), torch::kLong);
   auto mask = torch::zeros({B, P + T}, torch::kLong);
   dataproto::Column ds, rm;
   for (int64_t i = 0; i < B; ++i) {
@@ -49,7 +51,8 @@ DataProto rollout(const std::vector<std::string>& prompts, const std::vector<std
 
 TEST_CASE("JSONL rows with chat prompts, data_source, ground truth and extra_info") {
   const auto f = write_file(
-      R"({"prompt": [{"role": "user", "content": "1+2="}], "data_source": "arithmetic", "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 7}})"
+      R"({"prompt": [{"role": "user", "content": "1+2="}], "data_source": "arithmetic", )"
+      R"("reward_model": {"ground_truth": "3"}, "extra_info": {"index": 7}})"
       "\n\n"
       R"({"prompt": "4+4=", "data_source": "arithmetic", "reward_model": {"ground_truth": "8"}})"
       "\n");
@@ -151,7 +154,8 @@ TEST_CASE("naive manager puts the score at the last valid response token") {
 }
 
 TEST_CASE("dapo manager: overlong penalty from the buffer and acc logged") {
-  RewardManagerOptions o{.name = "dapo", .max_response_length = 5, .overlong_buffer = {.enable = true, .len = 2, .penalty_factor = 1.0}};
+  RewardManagerOptions o{
+      .name = "dapo", .max_response_length = 5, .overlong_buffer = {.enable = true, .len = 2, .penalty_factor = 1.0}};
   RewardManager rm(char_tok(), o);
   // lengths 1 and 5: expected 3 -> penalties 0 and -(5-3)/2 = -1
   auto out = rm(rollout({"1+2=", "5+5="}, {"3", "00010"}, {"3", "10"}));

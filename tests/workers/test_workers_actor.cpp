@@ -21,7 +21,9 @@ WorkerGroup actor_group(Runtime& rt, int ws, Json config, const std::string& rol
 
 std::vector<std::string> digests(WorkerGroup& wg) { return wg.call(&ActorRolloutRefWorker::parameter_digest); }
 
-bool all_same(const std::vector<std::string>& v) { return std::all_of(v.begin(), v.end(), [&](auto& s) { return s == v[0]; }); }
+bool all_same(const std::vector<std::string>& v) {
+  return std::all_of(v.begin(), v.end(), [&](auto& s) { return s == v[0]; });
+}
 
 /// generate -> old/ref log-probs -> advantages: the input of update_actor.
 DataProto training_batch(WorkerGroup& wg, int64_t rows, uint64_t seed = 3) {
@@ -173,8 +175,10 @@ TEST_CASE("data parallel: 2 workers update like 1 worker on the same batch, weig
 TEST_CASE("dynamic batch size: one micro-batch per mini-batch updates exactly like fixed micro-batches of the whole") {
   Runtime rt;
   auto fixed = actor_group(rt, 1, actor_rollout_ref_config(4, {{"ppo_micro_batch_size_per_gpu", 4}}));
-  auto dynamic = actor_group(rt, 1, actor_rollout_ref_config(4, {{"use_dynamic_bsz", true}, {"ppo_max_token_len_per_gpu", 1000}}));
-  auto small = actor_group(rt, 1, actor_rollout_ref_config(4, {{"use_dynamic_bsz", true}, {"ppo_max_token_len_per_gpu", 12}}));
+  auto dynamic =
+      actor_group(rt, 1, actor_rollout_ref_config(4, {{"use_dynamic_bsz", true}, {"ppo_max_token_len_per_gpu", 1000}}));
+  auto small =
+      actor_group(rt, 1, actor_rollout_ref_config(4, {{"use_dynamic_bsz", true}, {"ppo_max_token_len_per_gpu", 12}}));
   DataProto batch = training_batch(fixed, 4);
   fixed.call(&ActorRolloutRefWorker::update_actor, batch);
   dynamic.call(&ActorRolloutRefWorker::update_actor, batch);
@@ -197,7 +201,8 @@ TEST_CASE("checkpoint: save then load restores weights, optimizer, lr schedule a
     CHECK(std::filesystem::exists(dir.path / "config.json"));
     CHECK(std::filesystem::exists(dir.path / "model.safetensors"));
     CHECK(std::filesystem::exists(dir.path / "tokenizer_config.json"));
-    CHECK(std::filesystem::exists(dir.path / ("optim_world_size_" + std::to_string(ws) + "_rank_" + std::to_string(ws - 1) + ".pt")));
+    CHECK(std::filesystem::exists(
+        dir.path / ("optim_world_size_" + std::to_string(ws) + "_rank_" + std::to_string(ws - 1) + ".pt")));
 
     DataProto next_a = a.call(&ActorRolloutRefWorker::update_actor, batch);
     DataProto gen_a = a.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
@@ -231,12 +236,14 @@ TEST_CASE("roles limit methods: a ref worker cannot generate or update; update_a
   CHECK_THROWS_WITH(ref.call(&ActorRolloutRefWorker::generate_sequences, prompts(2)),
                     Catch::Contains("needs the rollout role") && Catch::Contains("ref"));
   auto actor = actor_group(rt, 1, actor_rollout_ref_config(4), "actor");
-  DataProto gen = actor_group(rt, 1, actor_rollout_ref_config(4), "rollout").call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  DataProto gen = actor_group(rt, 1, actor_rollout_ref_config(4), "rollout")
+                      .call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
   CHECK_THROWS_WITH(actor.call(&ActorRolloutRefWorker::update_actor, gen),
                     Catch::Contains("update_actor") && Catch::Contains("'advantages'"));
-  CHECK_THROWS_WITH(WorkerGroup(rt, ResourcePool({2}),
-                                WorkerSpec{"ActorRolloutRefWorker", {{"config", actor_rollout_ref_config(3)}, {"role", "actor"}}}),
-                    Catch::Contains("ppo_mini_batch_size"));
+  CHECK_THROWS_WITH(
+      WorkerGroup(rt, ResourcePool({2}),
+                  WorkerSpec{"ActorRolloutRefWorker", {{"config", actor_rollout_ref_config(3)}, {"role", "actor"}}}),
+      Catch::Contains("ppo_mini_batch_size"));
 }
 
 TEST_CASE("every registered policy loss and loss_agg_mode runs an update with finite metrics") {
@@ -249,7 +256,9 @@ TEST_CASE("every registered policy loss and loss_agg_mode runs an update with fi
   DataProto batch = training_batch(sampler, 4);
   for (const auto& [mode, agg] : cases) {
     CAPTURE(mode, agg);
-    auto wg = actor_group(rt, 1, actor_rollout_ref_config(4, {{"ppo_epochs", 2}, {"loss_agg_mode", agg}, {"policy_loss", {{"loss_mode", mode}}}}));
+    auto wg = actor_group(rt, 1,
+                          actor_rollout_ref_config(
+                              4, {{"ppo_epochs", 2}, {"loss_agg_mode", agg}, {"policy_loss", {{"loss_mode", mode}}}}));
     const auto before = digests(wg);
     DataProto out = wg.call(&ActorRolloutRefWorker::update_actor, batch);
     for (auto it = metrics_of(out).begin(); it != metrics_of(out).end(); ++it)

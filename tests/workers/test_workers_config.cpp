@@ -90,7 +90,8 @@ TEST_CASE("bad config values are ValueErrors naming the key and the value") {
     cfg[section][key] = std::move(value);
     return error_of([&] { parse_actor_rollout_ref_config(cfg); });
   };
-  CHECK_THAT(with("actor", "ppo_epochs", 0), Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains("> 0"));
+  CHECK_THAT(with("actor", "ppo_epochs", 0),
+             Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains("> 0"));
   CHECK_THAT(with("actor", "ppo_epochs", "two"), Catch::Contains("must be an integer") && Catch::Contains("\"two\""));
   CHECK_THAT(with("actor", "loss_agg_mode", "mean"), Catch::Contains("actor_rollout_ref.actor.loss_agg_mode"));
   CHECK_THAT(with("actor", "clip_ratio_c", 1.0), Catch::Contains("clip_ratio_c"));
@@ -152,7 +153,8 @@ TEST_CASE("dynamic micro-batches: ceil(tokens / max) groups balanced by tokens, 
   auto restored = restore_order(joined, mb.order);
   CHECK(torch::equal(restored.batch.at("input_ids"), data.batch.at("input_ids")));
   CHECK_THAT(error_of([&] {
-               make_micro_batches(data, ForwardBatching{.use_dynamic_bsz = true, .max_token_len_per_gpu = 4}, "compute_log_prob");
+               make_micro_batches(data, ForwardBatching{.use_dynamic_bsz = true, .max_token_len_per_gpu = 4},
+                                  "compute_log_prob");
              }),
              Catch::Contains("compute_log_prob") && Catch::Contains("5 tokens"));
 }

@@ -48,7 +48,8 @@ TEST_CASE("colocated actor_rollout_ref + critic on 1 and 2 workers: spawn, value
   for (int ws : {1, 2}) {
     CAPTURE(ws);
     auto spec = colocated_spec(
-        {{"actor_rollout_ref", {"ActorRolloutRefWorker", {{"config", actor_rollout_ref_config(4)}, {"role", "actor_rollout_ref"}}}},
+        {{"actor_rollout_ref",
+          {"ActorRolloutRefWorker", {{"config", actor_rollout_ref_config(4)}, {"role", "actor_rollout_ref"}}}},
          {"critic", {"CriticWorker", {{"config", critic_config(4)}}}}});
     WorkerGroup bundle(rt, ResourcePool({ws}), spec);
     auto views = bundle.spawn({"actor_rollout_ref", "critic"});
@@ -70,7 +71,8 @@ TEST_CASE("colocated actor_rollout_ref + critic on 1 and 2 workers: spawn, value
     gen.batch.set("returns", returns);
     DataProto cm = critic.call(&CriticWorker::update_critic, gen);
     const Json& metrics = cm.meta_info.at("metrics");
-    for (const char* name : {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"}) {
+    for (const char* name :
+         {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"}) {
       CAPTURE(name);
       REQUIRE(metrics.contains(name));
       for (const auto& v : metrics.at(name).flatten()) CHECK(std::isfinite(v.get<double>()));
@@ -152,7 +154,8 @@ TEST_CASE("critic update names missing inputs") {
   hyflow::workers::register_workers();
   auto wg = critic_group(rt, 1);
   auto batch = critic_batch(4);
-  CHECK_THROWS_WITH(wg.call(&CriticWorker::update_critic, batch), Catch::Contains("update_critic") && Catch::Contains("'values'"));
+  CHECK_THROWS_WITH(wg.call(&CriticWorker::update_critic, batch),
+                    Catch::Contains("update_critic") && Catch::Contains("'values'"));
 }
 
 TEST_CASE("reward model: the score of the last valid token sits at valid response length - 1, zeros elsewhere") {
@@ -167,16 +170,18 @@ TEST_CASE("reward model: the score of the last valid token sits at valid respons
 
   for (int ws : {1, 2}) {
     CAPTURE(ws);
-    WorkerGroup wg(rt, ResourcePool({ws}),
-                   WorkerSpec{"RewardModelWorker",
-                              {{"config", {{"model", {{"path", rm_dir.path.string()}}}, {"micro_batch_size_per_gpu", 2}}}}});
+    WorkerGroup wg(
+        rt, ResourcePool({ws}),
+        WorkerSpec{"RewardModelWorker",
+                   {{"config", {{"model", {{"path", rm_dir.path.string()}}}, {"micro_batch_size_per_gpu", 2}}}}});
     wg.call(&RewardModelWorker::init_model);
     auto batch = critic_batch(6);
     DataProto out = wg.call(&RewardModelWorker::compute_rm_score, batch);
     const auto& scores = out.batch.at("rm_scores");
     REQUIRE(scores.sizes() == at::IntArrayRef({6, 6}));
     torch::NoGradGuard g;
-    auto full = reference(batch.batch.at("input_ids"), batch.batch.at("attention_mask"), batch.batch.at("position_ids"));
+    auto full =
+        reference(batch.batch.at("input_ids"), batch.batch.at("attention_mask"), batch.batch.at("position_ids"));
     const auto valid = batch.batch.at("response_mask").sum(-1);
     for (int64_t r = 0; r < 6; ++r) {
       const int64_t at_pos = valid[r].item<int64_t>() - 1;

@@ -78,7 +78,8 @@ std::vector<ConfigKey> make_ppo_keys() {
   };
   for (auto& o : optim_keys("actor_rollout_ref.actor.optim", 1e-6)) k.push_back(std::move(o));
   std::vector<ConfigKey> rest = {
-      key("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per ref micro-batch", true),
+      key("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per ref micro-batch",
+          true),
       key("actor_rollout_ref.rollout.name", T::string, "hf", "rollout engine (hyflow: hf)"),
       key("actor_rollout_ref.rollout.mode", T::string, "sync", "accepted for verl compatibility"),
       key("actor_rollout_ref.rollout.n", T::integer, 1, "samples per prompt"),
@@ -89,7 +90,8 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("actor_rollout_ref.rollout.prompt_length", T::integer, kNull, "null: data.max_prompt_length", true),
       key("actor_rollout_ref.rollout.response_length", T::integer, kNull, "null: data.max_response_length", true),
       key("actor_rollout_ref.rollout.calculate_log_probs", T::boolean, false, "return rollout_log_probs"),
-      key("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
+      key("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch",
+          true),
       key("actor_rollout_ref.rollout.val_kwargs.n", T::integer, 1, "validation samples per prompt"),
       key("actor_rollout_ref.rollout.val_kwargs.do_sample", T::boolean, false, "validation sampling"),
       key("actor_rollout_ref.rollout.val_kwargs.temperature", T::number, 0.0, "validation temperature"),
@@ -133,7 +135,8 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target"),
       key("trainer.total_epochs", T::integer, 30, "epochs"),
       key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
-      key("trainer.balance_batch", T::boolean, true, "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"),
+      key("trainer.balance_batch", T::boolean, true,
+          "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"),
       key("trainer.project_name", T::string, "hyflow", "project"),
       key("trainer.experiment_name", T::string, "run", "experiment"),
       key("trainer.logger", T::list, Json::array({"console"}), "console | file"),
@@ -164,10 +167,12 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("cluster.tls_key", T::string, kNull, "mutual TLS: its private key (PEM)", true),
       key("cluster.tls_ca", T::string, kNull, "mutual TLS: the CA that signed the nodes' certificates (PEM)", true),
       key("cluster.data_plane_bind", T::string, kNull,
-          "listen address of this controller's data server for large DataProtos (null: HYFLOW_DATA_PLANE_BIND or 127.0.0.1)",
+          "listen address of this controller's data server for large DataProtos (null: HYFLOW_DATA_PLANE_BIND or "
+          "127.0.0.1)",
           true),
       key("cluster.data_plane_host", T::string, kNull,
-          "address nodes use to reach that server (null: HYFLOW_DATA_PLANE_HOST, else the bind address or host name)", true),
+          "address nodes use to reach that server (null: HYFLOW_DATA_PLANE_HOST, else the bind address or host name)",
+          true),
   };
   for (auto& o : tail) k.push_back(std::move(o));
   return k;
@@ -307,7 +312,9 @@ const ConfigKey& Config::key_info(const std::string& name) const {
   throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
 }
 
-void Config::set(const std::string& name, const std::string& text) { set_json(name, parse_config_value(key_info(name), text)); }
+void Config::set(const std::string& name, const std::string& text) {
+  set_json(name, parse_config_value(key_info(name), text));
+}
 
 void Config::set_json(const std::string& name, const Json& value) {
   const ConfigKey& k = key_info(name);
@@ -355,7 +362,10 @@ bool Config::apply_arguments(const std::vector<std::string>& args) {
                                                                     "INI file(s) read before the overrides");
   po::parsed_options parsed(&desc);
   try {
-    parsed = po::command_line_parser(args).options(desc).style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing).run();
+    parsed = po::command_line_parser(args)
+                 .options(desc)
+                 .style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing)
+                 .run();
   } catch (const po::unknown_option& e) {
     std::string name = e.get_option_name();
     while (!name.empty() && name.front() == '-') name.erase(0, 1);

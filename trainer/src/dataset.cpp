@@ -47,7 +47,8 @@ std::vector<int64_t> truncate(std::vector<int64_t> ids, int64_t max_len, const s
 
 }  // namespace
 
-std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key, const std::string& response_key) {
+std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key,
+                               const std::string& response_key) {
   std::ifstream in(path);
   if (!in) throw FormatError("cannot open dataset file '" + path + "'");
   std::vector<Sample> out;
@@ -105,8 +106,8 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
   return out;
 }
 
-std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic, const std::string& prompt_key,
-                                 const std::string& response_key) {
+std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
+                                 const std::string& prompt_key, const std::string& response_key) {
   if (files.empty()) {
     if (synthetic.task != "arithmetic")
       throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task + "' (arithmetic)");
@@ -146,7 +147,8 @@ DataProto RLDataset::batch(const std::vector<int64_t>& indices) const {
   auto mask_a = mask.accessor<int64_t, 2>();
   for (int64_t r = 0; r < B; ++r) {
     const auto i = static_cast<size_t>(indices[static_cast<size_t>(r)]);
-    if (i >= ids_.size()) throw ShapeError("dataset index " + std::to_string(i) + " out of " + std::to_string(ids_.size()));
+    if (i >= ids_.size())
+      throw ShapeError("dataset index " + std::to_string(i) + " out of " + std::to_string(ids_.size()));
     const auto& row = ids_[i];
     const int64_t start = P - static_cast<int64_t>(row.size());
     for (size_t t = 0; t < row.size(); ++t) {
@@ -181,7 +183,8 @@ SFTDataset::SFTDataset(std::vector<Sample> samples, std::shared_ptr<const models
       if (truncation == "middle") throw ValueError("config key 'data.truncation': SFT takes error, left or right");
       const auto n = static_cast<int64_t>(ids.size());
       ids = truncate(std::move(ids), max_length, truncation, static_cast<int64_t>(i));
-      prompt_lengths_.push_back(truncation == "left" ? std::max<int64_t>(0, prompt_len - (n - max_length)) : prompt_len);
+      prompt_lengths_.push_back(truncation == "left" ? std::max<int64_t>(0, prompt_len - (n - max_length))
+                                                     : prompt_len);
     } else {
       prompt_lengths_.push_back(prompt_len);
     }
@@ -204,7 +207,8 @@ DataProto SFTDataset::batch(const std::vector<int64_t>& indices) const {
     if (n > p) loss_mask[r].narrow(0, p, n - p).fill_(1);
   }
   auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
-  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}, {"loss_mask", loss_mask}});
+  return DataProto(
+      TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}, {"loss_mask", loss_mask}});
 }
 
 std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir) {
@@ -214,7 +218,8 @@ std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model
     auto cfg = nlohmann::json::parse(in, nullptr, false);
     if (cfg.is_object() && cfg.value("tokenizer_class", "") == "hyflow-char") {
       models::CharTokenizerOptions o;
-      if (cfg.contains("alphabet") && cfg.at("alphabet").is_string()) o.alphabet = cfg.at("alphabet").get<std::string>();
+      if (cfg.contains("alphabet") && cfg.at("alphabet").is_string())
+        o.alphabet = cfg.at("alphabet").get<std::string>();
       return std::make_shared<models::CharTokenizer>(o);
     }
   }
@@ -225,7 +230,8 @@ std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model
 
 void save_char_tokenizer_config(const std::string& model_dir) {
   std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json")
-      << nlohmann::json{{"tokenizer_class", "hyflow-char"}, {"alphabet", models::CharTokenizerOptions{}.alphabet}}.dump(2);
+      << nlohmann::json{{"tokenizer_class", "hyflow-char"}, {"alphabet", models::CharTokenizerOptions{}.alphabet}}.dump(
+             2);
 }
 
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {

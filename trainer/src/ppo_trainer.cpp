@@ -52,7 +52,8 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 int64_t step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   const std::string prefix = "global_step_";
-  if (name.rfind(prefix, 0) != 0) throw ValueError("checkpoint folder '" + dir.string() + "' is not named global_step_N");
+  if (name.rfind(prefix, 0) != 0)
+    throw ValueError("checkpoint folder '" + dir.string() + "' is not named global_step_N");
   try {
     size_t used = 0;
     const int64_t n = std::stoll(name.substr(prefix.size()), &used);
@@ -148,11 +149,13 @@ void PPOTrainer::Impl::setup() {
                      .max_operand = c.get_int("data.synthetic.max_operand"),
                      .seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed"))};
   const std::string prompt_key = c.get_string("data.prompt_key");
-  train_data = std::make_unique<RLDataset>(load_samples(c.get_string("data.train_files"), task, prompt_key), tokenizer, dopt);
+  train_data =
+      std::make_unique<RLDataset>(load_samples(c.get_string("data.train_files"), task, prompt_key), tokenizer, dopt);
   SyntheticTask val_task = task;
   val_task.size = c.get_int("data.synthetic.val_size");
   val_task.seed = task.seed + 7919;  // a different draw than the training set
-  val_data = std::make_unique<RLDataset>(load_samples(c.get_string("data.val_files"), val_task, prompt_key), tokenizer, dopt);
+  val_data =
+      std::make_unique<RLDataset>(load_samples(c.get_string("data.val_files"), val_task, prompt_key), tokenizer, dopt);
   steps_per_epoch = train_data->size() / train_batch_size;  // drop_last
   if (steps_per_epoch == 0)
     throw ValueError("config key 'data.train_batch_size' (" + std::to_string(train_batch_size) +
@@ -177,21 +180,23 @@ void PPOTrainer::Impl::setup() {
                      (manager == "batch" ? "batch " : "") + "reward function after loading '" + plugin + "'");
     }
   }
-  RewardManagerOptions ropt{.name = manager,
-                            .compute_score = cf,
-                            .num_examine = 0,
-                            .max_response_length = max_response_length,
-                            .overlong_buffer = {.enable = c.get_bool("reward_model.overlong_buffer.enable"),
-                                                .len = c.get_int("reward_model.overlong_buffer.len"),
-                                                .penalty_factor = c.get_double("reward_model.overlong_buffer.penalty_factor")}};
+  RewardManagerOptions ropt{
+      .name = manager,
+      .compute_score = cf,
+      .num_examine = 0,
+      .max_response_length = max_response_length,
+      .overlong_buffer = {.enable = c.get_bool("reward_model.overlong_buffer.enable"),
+                          .len = c.get_int("reward_model.overlong_buffer.len"),
+                          .penalty_factor = c.get_double("reward_model.overlong_buffer.penalty_factor")}};
   reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
   ropt.num_examine = 1;
   val_reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
 
-  ckpt_root = c.is_null("trainer.default_local_dir")
-                  ? "checkpoints/" + c.get_string("trainer.project_name") + "/" + c.get_string("trainer.experiment_name")
-                  : c.get_string("trainer.default_local_dir");
-  metrics_file = c.is_null("trainer.metrics_file") ? ckpt_root + "/metrics.jsonl" : c.get_string("trainer.metrics_file");
+  ckpt_root = c.is_null("trainer.default_local_dir") ? "checkpoints/" + c.get_string("trainer.project_name") + "/" +
+                                                           c.get_string("trainer.experiment_name")
+                                                     : c.get_string("trainer.default_local_dir");
+  metrics_file =
+      c.is_null("trainer.metrics_file") ? ckpt_root + "/metrics.jsonl" : c.get_string("trainer.metrics_file");
 
   // Worker configs: verl's subtrees, nulls resolved the way verl's trainer resolves them.
   nlohmann::json arr = c.subtree("actor_rollout_ref");
@@ -222,7 +227,8 @@ void PPOTrainer::Impl::setup() {
     roles.emplace_back("rm", WorkerSpec{"RewardModelWorker", {{"config", rmc}}});
   }
   workers::register_workers();
-  std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")), static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
+  std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")),
+                            static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
   if (c.is_null("cluster.nodes")) {
     runtime = std::make_unique<Runtime>();
     bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles));
@@ -247,8 +253,8 @@ void PPOTrainer::Impl::setup() {
     cluster::ClusterOptions options;
     options.nodes = with_key("cluster.nodes", [&] { return cluster::parse_node_list(c.get_string("cluster.nodes")); });
     if (!c.is_null("cluster.secret_file"))
-      options.secret =
-          with_key("cluster.secret_file", [&] { return cluster::read_secret_file(c.get_string("cluster.secret_file")); });
+      options.secret = with_key("cluster.secret_file",
+                                [&] { return cluster::read_secret_file(c.get_string("cluster.secret_file")); });
     options.tls = tls;
     if (!c.is_null("cluster.data_plane_bind") || !c.is_null("cluster.data_plane_host")) {
       // the nodes pull large arguments from this process: its data server must be reachable
@@ -275,7 +281,8 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
   const auto step_start = std::chrono::steady_clock::now();
   DataProto batch = train_data->batch(indices);
   dataproto::Column uid;
-  for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back("s" + std::to_string(global_step) + "-" + std::to_string(i));
+  for (size_t i = 0; i < indices.size(); ++i)
+    uid.emplace_back("s" + std::to_string(global_step) + "-" + std::to_string(i));
   batch.non_tensor_batch["uid"] = std::move(uid);
   DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
 
@@ -301,7 +308,8 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
     batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
   if (config.get_bool("trainer.balance_batch")) balance_batch(batch, world, m);
   const auto seq_tokens = batch.batch.at("attention_mask").sum(-1);
-  batch.meta_info["global_token_num"] = std::vector<int64_t>(seq_tokens.data_ptr<int64_t>(), seq_tokens.data_ptr<int64_t>() + seq_tokens.numel());
+  batch.meta_info["global_token_num"] =
+      std::vector<int64_t>(seq_tokens.data_ptr<int64_t>(), seq_tokens.data_ptr<int64_t>() + seq_tokens.numel());
 
   {
     Timer t(m, "reward");
@@ -309,24 +317,29 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
     RewardOutput r = (*reward_fn)(batch);
     batch.batch.set("token_level_scores", r.reward_tensor);
     for (auto& [k, v] : r.reward_extra_info)
-      if (static_cast<int64_t>(v.size()) == batch.size()) batch.non_tensor_batch[k] = dataproto::Column(v.begin(), v.end());
+      if (static_cast<int64_t>(v.size()) == batch.size())
+        batch.non_tensor_batch[k] = dataproto::Column(v.begin(), v.end());
   }
   {
     Timer t(m, "old_log_prob");
     DataProto old = actor->call(&ActorRolloutRefWorker::compute_log_prob, batch);
     const at::Tensor entropys = old.batch.pop("entropys");
-    m["actor/entropy"] = algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
-    batch.union_with(old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
+    m["actor/entropy"] =
+        algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
+    batch.union_with(
+        old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   if (use_kl_loss || use_kl_in_reward) {
     Timer t(m, "ref");
     DataProto ref = actor->call(&ActorRolloutRefWorker::compute_ref_log_prob, batch);
-    batch.union_with(ref.select(std::vector<std::string>{"ref_log_prob"}, std::vector<std::string>{}, std::vector<std::string>{}));
+    batch.union_with(
+        ref.select(std::vector<std::string>{"ref_log_prob"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   if (use_critic) {
     Timer t(m, "values");
     DataProto v = critic->call(&CriticWorker::compute_values, batch);
-    batch.union_with(v.select(std::vector<std::string>{"values"}, std::vector<std::string>{}, std::vector<std::string>{}));
+    batch.union_with(
+        v.select(std::vector<std::string>{"values"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   {
     Timer t(m, "adv");
@@ -405,7 +418,8 @@ nlohmann::json PPOTrainer::Impl::validate() {
     for (const auto& [key, values] : r.reward_extra_info)
       if (key != "reward") infos[key].insert(infos[key].end(), values.begin(), values.end());
   }
-  nlohmann::json m = algos::metric_utils::validation_metric_sections(algos::metric_utils::process_validation_metrics(sources, uids, infos));
+  nlohmann::json m = algos::metric_utils::validation_metric_sections(
+      algos::metric_utils::process_validation_metrics(sources, uids, infos));
   double total = 0;
   for (double l : resp_lens) total += l;
   if (!resp_lens.empty()) m["val-aux/response_length/mean"] = total / static_cast<double>(resp_lens.size());
@@ -430,7 +444,8 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
 
   std::optional<int64_t> keep;
   for (const char* key : {"trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"})
-    if (!config.is_null(key) && config.get_int(key) > 0) keep = keep ? std::min(*keep, config.get_int(key)) : config.get_int(key);
+    if (!config.is_null(key) && config.get_int(key) > 0)
+      keep = keep ? std::min(*keep, config.get_int(key)) : config.get_int(key);
   if (!keep) return;
   std::vector<std::pair<int64_t, fs::path>> dirs;
   for (const auto& e : fs::directory_iterator(root)) {
@@ -458,7 +473,8 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
       throw ValueError("config key 'trainer.resume_from_path' is required with resume_mode=resume_path");
     dir = config.get_string("trainer.resume_from_path");
     if (dir.string().find("global_step_") == std::string::npos)
-      throw ValueError("config key 'trainer.resume_from_path' must name a global_step_N folder, got '" + dir.string() + "'");
+      throw ValueError("config key 'trainer.resume_from_path' must name a global_step_N folder, got '" + dir.string() +
+                       "'");
   } else {
     throw ValueError("config key 'trainer.resume_mode': unknown mode '" + mode + "' (disable, auto, resume_path)");
   }

@@ -19,7 +19,8 @@ std::map<std::string, BatchComputeScoreFn>& batch_registry() {
 
 const dataproto::Column& column(const DataProto& data, const char* name) {
   auto it = data.non_tensor_batch.find(name);
-  if (it == data.non_tensor_batch.end()) throw KeyError(std::string("reward manager: missing non-tensor column '") + name + "'");
+  if (it == data.non_tensor_batch.end())
+    throw KeyError(std::string("reward manager: missing non-tensor column '") + name + "'");
   return it->second;
 }
 
@@ -31,14 +32,16 @@ std::vector<int64_t> row_ids(const at::Tensor& row, int64_t begin, int64_t end) 
 }
 
 void strip_suffix(std::string& s, const std::string& suffix) {
-  while (!suffix.empty() && s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+  while (!suffix.empty() && s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
     s.erase(s.size() - suffix.size());
 }
 }  // namespace
 
 void register_batch_compute_score(const std::string& name, BatchComputeScoreFn fn, bool overwrite) {
   std::lock_guard lock(batch_registry_mutex());
-  if (!overwrite && batch_registry().count(name)) throw ValueError("batch reward function '" + name + "' is already registered");
+  if (!overwrite && batch_registry().count(name))
+    throw ValueError("batch reward function '" + name + "' is already registered");
   batch_registry()[name] = std::move(fn);
 }
 
@@ -117,8 +120,8 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
       if (options_.overlong_buffer.enable) {
         const double expected = static_cast<double>(options_.max_response_length - options_.overlong_buffer.len);
         const double exceed = static_cast<double>(resp_lens[r]) - expected;
-        const double penalty =
-            std::min(-exceed / static_cast<double>(options_.overlong_buffer.len) * options_.overlong_buffer.penalty_factor, 0.0);
+        const double penalty = std::min(
+            -exceed / static_cast<double>(options_.overlong_buffer.len) * options_.overlong_buffer.penalty_factor, 0.0);
         reward += penalty;
         out.reward_extra_info["overlong_reward"].push_back(penalty);
         out.reward_extra_info["overlong"].push_back(penalty < 0);
@@ -128,8 +131,9 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
     out.reward_tensor[r][resp_lens[r] > 0 ? resp_lens[r] - 1 : T - 1] = reward;
     if (examined[data_sources[r]]++ < options_.num_examine) {
       const int64_t vp = valid_prompt[r].item<int64_t>();
-      std::cout << "[prompt] " << tokenizer_->decode(row_ids(prompts[r].contiguous(), P - vp, P), true) << "\n[response] "
-                << solution_strs[r] << "\n[ground_truth] " << ground_truths[r].dump() << "\n[score] " << reward << "\n";
+      std::cout << "[prompt] " << tokenizer_->decode(row_ids(prompts[r].contiguous(), P - vp, P), true)
+                << "\n[response] " << solution_strs[r] << "\n[ground_truth] " << ground_truths[r].dump() << "\n[score] "
+                << reward << "\n";
     }
   }
   return out;

@@ -45,8 +45,8 @@ at::Tensor sft_loss(models::CausalLM& model, const DataProto& mb) {
   auto shift_logits = logits.narrow(1, 0, L - 1).reshape({-1, logits.size(-1)});
   auto labels = ids.narrow(1, 1, L - 1).reshape({-1});
   auto mask = mb.batch.at("loss_mask").narrow(1, 1, L - 1).reshape({-1}).to(at::kFloat);
-  auto ce = torch::nn::functional::cross_entropy(shift_logits, labels,
-                                                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  auto ce = torch::nn::functional::cross_entropy(
+      shift_logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
   return (ce * mask).sum() / (mask.sum() + 1e-8);
 }
 
@@ -82,7 +82,9 @@ double greedy_accuracy(models::CausalLM& model, const models::Tokenizer& tok, co
     auto row = resp[static_cast<int64_t>(i)].narrow(0, 0, len).contiguous();
     std::vector<int64_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + len);
     const auto text = tok.decode(ids, /*skip_special_tokens=*/true);
-    correct += algos::reward_score::default_compute_score(rows[i].data_source, text, rows[i].ground_truth).score > 0 ? 1.0 : 0.0;
+    correct += algos::reward_score::default_compute_score(rows[i].data_source, text, rows[i].ground_truth).score > 0
+                   ? 1.0
+                   : 0.0;
   }
   return correct / static_cast<double>(rows.size());
 }
@@ -95,8 +97,9 @@ SFTResult run_sft(const Config& c) {
   const int64_t bs = c.get_int("data.train_batch_size");
   const int64_t micro = c.get_int("data.micro_batch_size_per_gpu");
   if (bs <= 0 || micro <= 0 || bs % micro != 0)
-    throw ValueError("config keys 'data.train_batch_size' (" + std::to_string(bs) + ") and 'data.micro_batch_size_per_gpu' (" +
-                     std::to_string(micro) + ") must be > 0 and the first a multiple of the second");
+    throw ValueError("config keys 'data.train_batch_size' (" + std::to_string(bs) +
+                     ") and 'data.micro_batch_size_per_gpu' (" + std::to_string(micro) +
+                     ") must be > 0 and the first a multiple of the second");
   const std::string pretrain = c.get_string("model.partial_pretrain");
   std::shared_ptr<const models::Tokenizer> tok =
       pretrain.empty() ? std::make_shared<models::CharTokenizer>() : load_tokenizer(pretrain);
@@ -145,7 +148,8 @@ SFTResult run_sft(const Config& c) {
   const double clip = c.get_double("optim.clip_grad");
   const int64_t test_freq = c.get_int("trainer.test_freq");
   const std::string out_dir = c.get_string("trainer.default_local_dir");
-  const std::string metrics_file = c.is_null("trainer.metrics_file") ? out_dir + "/sft_metrics.jsonl" : c.get_string("trainer.metrics_file");
+  const std::string metrics_file =
+      c.is_null("trainer.metrics_file") ? out_dir + "/sft_metrics.jsonl" : c.get_string("trainer.metrics_file");
   std::filesystem::create_directories(out_dir);
   std::ofstream metrics_out(metrics_file, std::ios::app);
 
@@ -179,13 +183,15 @@ SFTResult run_sft(const Config& c) {
       metrics_out << m.dump() << "\n";
       if (step % 10 == 0 || step == total || m.contains("val/loss"))
         std::cout << "sft step " << step << "/" << total << std::fixed << std::setprecision(4) << " loss " << loss_sum
-                  << (m.contains("val/loss") ? " val/loss " + std::to_string(m["val/loss"].get<double>()) : "") << std::endl;
+                  << (m.contains("val/loss") ? " val/loss " + std::to_string(m["val/loss"].get<double>()) : "")
+                  << std::endl;
       result.history.push_back(std::move(m));
     }
   }
   model->eval();
   result.val_exact_match = greedy_accuracy(model, *tok, val_rows, max_length / 2);
-  std::cout << "sft: greedy accuracy on " << val_rows.size() << " validation prompts: " << result.val_exact_match << std::endl;
+  std::cout << "sft: greedy accuracy on " << val_rows.size() << " validation prompts: " << result.val_exact_match
+            << std::endl;
   models::save_pretrained(*model, mcfg, out_dir);
   if (pretrain.empty()) save_char_tokenizer_config(out_dir);
   else if (std::filesystem::exists(std::filesystem::path(pretrain) / "tokenizer_config.json"))
@@ -199,7 +205,8 @@ int run_sft_app(int argc, char** argv) {
   Config config(ConfigSchema::sft);
   try {
     if (config.apply_arguments(std::vector<std::string>(argv + 1, argv + argc))) {
-      std::cout << "usage: hyflow-sft [--config=file.ini] [--key=value ...]\n\nkeys (with defaults):\n" << config.help_text();
+      std::cout << "usage: hyflow-sft [--config=file.ini] [--key=value ...]\n\nkeys (with defaults):\n"
+                << config.help_text();
       return 0;
     }
   } catch (const Error& e) {

@@ -22,7 +22,8 @@ void balance_batch(DataProto& batch, int64_t world, nlohmann::json& m) {
   for (const auto& p : partitions) order.insert(order.end(), p.begin(), p.end());
   batch.reorder(order);
   // verl logs these in workload units (24576·s + s²), not tokens
-  for (const auto& [key, value] : parallel::seqlen_balancing::log_seqlen_unbalance(workloads, partitions, "global_seqlen"))
+  for (const auto& [key, value] :
+       parallel::seqlen_balancing::log_seqlen_unbalance(workloads, partitions, "global_seqlen"))
     m[key] = value;
 }
 

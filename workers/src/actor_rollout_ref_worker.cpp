@@ -136,7 +136,8 @@ DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, const Dat
 }
 
 DataProto ActorRolloutRefWorker::compute_log_prob(DataProto data) {
-  if (!has_actor(role_)) throw ValueError(std::string("compute_log_prob needs the actor role; this worker is ") + to_string(role_));
+  if (!has_actor(role_))
+    throw ValueError(std::string("compute_log_prob needs the actor role; this worker is ") + to_string(role_));
   require_initialized("compute_log_prob");
   DataProto out = log_probs_of(policy_, data, config_.rollout.log_prob, /*with_entropy=*/true, "compute_log_prob");
   out.rename({"log_probs", "entropy"}, {"old_log_probs", "entropys"});
@@ -144,7 +145,8 @@ DataProto ActorRolloutRefWorker::compute_log_prob(DataProto data) {
 }
 
 DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
-  if (!has_ref(role_)) throw ValueError(std::string("compute_ref_log_prob needs the ref role; this worker is ") + to_string(role_));
+  if (!has_ref(role_))
+    throw ValueError(std::string("compute_ref_log_prob needs the ref role; this worker is ") + to_string(role_));
   require_initialized("compute_ref_log_prob");
   DataProto out = log_probs_of(ref_, data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
   out.rename({"log_probs"}, {"ref_log_prob"});

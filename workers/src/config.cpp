@@ -144,11 +144,32 @@ void read_actor(Section s, ActorSection& a) {
   }
   read_optim(s.sub("optim"), a.optim);
   check_sp(s);
-  s.ignore({"shuffle", "data_loader_seed", "strategy", "ppo_micro_batch_size", "fsdp_config", "checkpoint", "use_torch_compile", "profiler",
-            "entropy_checkpointing", "entropy_from_logits_with_chunking", "use_fused_kernels", "_target_",
-            "use_remove_padding", "rollout_n", "ppo_infer_micro_batch_size_per_gpu", "ppo_infer_max_token_len_per_gpu",
-            "use_prefix_grouper", "router_replay", "megatron", "load_weight", "nccl_timeout", "engine",
-            "sum_pi_squared_checkpointing", "calculate_sum_pi_squared", "qat", "use_rollout_log_probs",
+  s.ignore({"shuffle",
+            "data_loader_seed",
+            "strategy",
+            "ppo_micro_batch_size",
+            "fsdp_config",
+            "checkpoint",
+            "use_torch_compile",
+            "profiler",
+            "entropy_checkpointing",
+            "entropy_from_logits_with_chunking",
+            "use_fused_kernels",
+            "_target_",
+            "use_remove_padding",
+            "rollout_n",
+            "ppo_infer_micro_batch_size_per_gpu",
+            "ppo_infer_max_token_len_per_gpu",
+            "use_prefix_grouper",
+            "router_replay",
+            "megatron",
+            "load_weight",
+            "nccl_timeout",
+            "engine",
+            "sum_pi_squared_checkpointing",
+            "calculate_sum_pi_squared",
+            "qat",
+            "use_rollout_log_probs",
             "freeze_vision_tower"});
   s.finish();
   check_positive(a.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
@@ -282,8 +303,9 @@ CriticConfig parse_critic_config(const Json& json) {
   s.read("grad_clip", c.grad_clip);
   s.read("rollout_n", c.rollout_n);
   check_sp(s);
-  s.ignore({"shuffle", "data_loader_seed", "enable", "strategy", "ppo_micro_batch_size", "forward_micro_batch_size", "checkpoint", "profiler",
-            "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine", "loss_scale_factor"});
+  s.ignore({"shuffle", "data_loader_seed", "enable", "strategy", "ppo_micro_batch_size", "forward_micro_batch_size",
+            "checkpoint", "profiler", "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout",
+            "engine", "loss_scale_factor"});
   s.finish();
   check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
   check_positive(c.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));

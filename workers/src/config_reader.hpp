@@ -68,7 +68,8 @@ class Section {
     } else if constexpr (std::is_integral_v<T>) {
       if (!v.is_number_integer()) fail(key, v, "an integer");
       if constexpr (std::is_unsigned_v<T>) {
-        if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0) fail(key, v, "a non-negative integer");
+        if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)
+          fail(key, v, "a non-negative integer");
       }
       return v.get<T>();
     } else if constexpr (std::is_floating_point_v<T>) {

@@ -19,7 +19,8 @@ namespace {
 const Json& config_arg(const Json& args, const char* worker) {
   if (!args.is_object()) throw ValueError(std::string(worker) + ": init args must be an object, got " + args.dump());
   for (auto it = args.begin(); it != args.end(); ++it)
-    if (it.key() != "config") throw KeyError(std::string(worker) + ": unknown init arg '" + it.key() + "' (expected config)");
+    if (it.key() != "config")
+      throw KeyError(std::string(worker) + ": unknown init arg '" + it.key() + "' (expected config)");
   if (!args.contains("config")) throw KeyError(std::string(worker) + ": init args lack 'config'");
   return args.at("config");
 }
@@ -43,7 +44,8 @@ void CriticWorker::init_model() {
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
   group_ = detail::process_group_of(*this);
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
-  optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
+  optimizer_ =
+      std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
 }
 
 void CriticWorker::require_initialized(const char* method) const {
@@ -52,7 +54,8 @@ void CriticWorker::require_initialized(const char* method) const {
 
 at::Tensor CriticWorker::response_values(const DataProto& mb) {
   const auto& mask = mb.batch.at("attention_mask");
-  auto positions = mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
+  auto positions =
+      mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
   auto values = model_(mb.batch.at("input_ids"), mask, positions);  // (B, T)
   const int64_t R = mb.batch.at("responses").size(1), T = values.size(1);
   return values.narrow(1, T - R - 1, R);  // position t values the state before token t + 1
@@ -69,8 +72,9 @@ DataProto CriticWorker::compute_values(DataProto data) {
   for (const auto& mb : micro.batches) {
     auto values = response_values(mb);
     const int64_t R = values.size(1);
-    auto mask = mb.batch.contains("response_mask") ? mb.batch.at("response_mask")
-                                                   : mb.batch.at("attention_mask").narrow(1, mb.batch.at("attention_mask").size(1) - R, R);
+    auto mask = mb.batch.contains("response_mask")
+                    ? mb.batch.at("response_mask")
+                    : mb.batch.at("attention_mask").narrow(1, mb.batch.at("attention_mask").size(1) - R, R);
     parts.push_back((values * mask).cpu());
   }
   return restore_order(DataProto(TensorDict{{"values", torch::cat(parts)}}), micro.order);

@@ -26,8 +26,10 @@ MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& ba
     throw ValueError(what + ": a row has " + std::to_string(longest) + " tokens, more than max_token_len_per_gpu " +
                      std::to_string(batching.max_token_len_per_gpu));
   const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  const int64_t parts = std::clamp<int64_t>(parallel::seqlen_balancing::ceildiv(total, batching.max_token_len_per_gpu), 1, rows);
-  for (auto& group : parallel::seqlen_balancing::dynamic_micro_batch_partitions(parallel::seqlen_balancing::calculate_workload(lengths), parts)) {
+  const int64_t parts =
+      std::clamp<int64_t>(parallel::seqlen_balancing::ceildiv(total, batching.max_token_len_per_gpu), 1, rows);
+  for (auto& group : parallel::seqlen_balancing::dynamic_micro_batch_partitions(
+           parallel::seqlen_balancing::calculate_workload(lengths), parts)) {
     out.batches.push_back(data.select_idxs(group));
     out.order.insert(out.order.end(), group.begin(), group.end());
   }

@@ -14,7 +14,8 @@ namespace {
 const Json& config_arg(const Json& args) {
   if (!args.is_object()) throw ValueError("RewardModelWorker: init args must be an object, got " + args.dump());
   for (auto it = args.begin(); it != args.end(); ++it)
-    if (it.key() != "config") throw KeyError("RewardModelWorker: unknown init arg '" + it.key() + "' (expected config)");
+    if (it.key() != "config")
+      throw KeyError("RewardModelWorker: unknown init arg '" + it.key() + "' (expected config)");
   if (!args.contains("config")) throw KeyError("RewardModelWorker: init args lack 'config'");
   return args.at("config");
 }

@@ -112,7 +112,8 @@ void check_state(const std::filesystem::path& dir, const std::string& worker, in
   if (!state.is_object() || !state.contains("worker") || !state.contains("world_size"))
     throw FormatError("checkpoint state '" + file.string() + "' lacks 'worker' or 'world_size'");
   if (state.at("worker") != worker)
-    throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("worker").dump() + ", not " + worker);
+    throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("worker").dump() + ", not " +
+                     worker);
   if (state.at("world_size") != world_size)
     throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("world_size").dump() +
                      " workers; this group has " + std::to_string(world_size));

@@ -112,7 +112,8 @@ constexpr bool argument_fits() {
   using DA = std::decay_t<A>;
   if constexpr (std::is_same_v<DA, Value>) return true;  // checked at run time
   else if constexpr (is_per_rank<DA>::value) return std::is_convertible_v<typename DA::value_type, DP>;
-  else if constexpr (std::is_same_v<DP, DataProto>) return std::is_same_v<DA, DataProto> || std::is_same_v<DA, DataProtoFuture>;
+  else if constexpr (std::is_same_v<DP, DataProto>)
+    return std::is_same_v<DA, DataProto> || std::is_same_v<DA, DataProtoFuture>;
   else return std::is_convertible_v<DA, DP>;
 }
 }  // namespace detail

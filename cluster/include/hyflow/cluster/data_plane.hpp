@@ -153,8 +153,8 @@ bool data_plane_in_use(bool caf_uses_tls);
 bool is_object_ref(const Value& v);
 
 /// Replaces every DataProto in `values` (also inside lists) whose encoding reaches the
-/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when the
-/// plane is disabled.
+/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when
+/// the plane is disabled.
 std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires = true);
 std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires = true);
 /// The same with the process-wide plane, which starts only when a DataProto reaches the
