@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow::ops {
+namespace hyflow::cuda {
 namespace {
 
 std::string shape_of(const at::Tensor& t) {
@@ -28,15 +28,14 @@ at::Tensor entropy_rows(const at::Tensor& z) {
 
 }  // namespace
 
-at::Tensor log_probs_from_logits(const at::Tensor& logits, const at::Tensor& labels,
-                                 int64_t chunk_rows) {
+at::Tensor log_probs_from_logits(const at::Tensor& logits, const at::Tensor& labels, int64_t chunk_rows) {
   check_chunk(chunk_rows, "log_probs_from_logits");
   if (logits.dim() < 1 || labels.sizes() != logits.sizes().slice(0, logits.dim() - 1)) {
     throw ShapeError("log_probs_from_logits: logits " + shape_of(logits) +
                      " need labels of shape logits.shape[:-1], got " + shape_of(labels));
   }
   const int64_t vocab = logits.size(-1);
-  auto flat = logits.reshape({-1, vocab});                  // (N, V)
+  auto flat = logits.reshape({-1, vocab});                   // (N, V)
   auto flat_labels = labels.reshape({-1, 1}).to(at::kLong);  // (N, 1)
   std::vector<at::Tensor> parts;
   for (int64_t start = 0; start < flat.size(0); start += chunk_rows) {
@@ -67,4 +66,4 @@ at::Tensor entropy_from_logits_chunked(const at::Tensor& logits, int64_t chunk_r
   return at::cat(parts).reshape(out_shape);
 }
 
-}  // namespace hyflow::ops
+}  // namespace hyflow::cuda

@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-namespace hyflow::ops {
+namespace hyflow::cuda {
 namespace {
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
@@ -74,8 +74,7 @@ at::Tensor filter_logits(const at::Tensor& logits, const SamplingOptions& option
   return z;
 }
 
-at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options,
-                  std::optional<at::Generator> generator) {
+at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options, std::optional<at::Generator> generator) {
   auto z = filter_logits(logits, options);
   if (options.is_greedy()) return z.argmax(-1);
   auto probs = z.softmax(-1);
@@ -85,4 +84,4 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options,
   return at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(-1);
 }
 
-}  // namespace hyflow::ops
+}  // namespace hyflow::cuda

@@ -1,7 +1,7 @@
 #include <hyflow/models/generation.hpp>
 
-#include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/log_probs.hpp>
 
 #include <torch/torch.h>
 
@@ -32,7 +32,7 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
   auto sampling = options.sampling;
   if (!options.do_sample) sampling.greedy = true;
-  ops::validate(sampling);
+  cuda::validate(sampling);
   const double logprob_temperature = sampling.is_greedy() ? 1.0 : sampling.temperature;
 
   auto prompt_ids = prompts.batch.at("input_ids").to(at::kLong);
@@ -64,12 +64,12 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   auto eos = torch::tensor(eos_ids, prompt_ids.options());
 
   for (int64_t step = 0; step < R; ++step) {
-    auto tokens = ops::sample(logits, sampling, generator);  // (N,)
+    auto tokens = cuda::sample(logits, sampling, generator);  // (N,)
     tokens = tokens.masked_fill(finished, pad_id);
     responses.select(1, step).copy_(tokens);
     response_mask.select(1, step).copy_(finished.logical_not());
     if (options.return_log_probs) {
-      auto lp = ops::log_probs_from_logits(logits / logprob_temperature, tokens);
+      auto lp = cuda::log_probs_from_logits(logits / logprob_temperature, tokens);
       log_probs.select(1, step).copy_(lp.masked_fill(finished, 0.0));
     }
     if (eos.numel() > 0) finished = finished.logical_or(at::isin(tokens, eos));

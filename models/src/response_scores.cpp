@@ -1,7 +1,7 @@
 #include <hyflow/models/response_scores.hpp>
 
-#include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/log_probs.hpp>
 
 #include <torch/torch.h>
 
@@ -19,8 +19,8 @@ ResponseScores response_scores_from_logits(const at::Tensor& logits, const at::T
   auto z = logits.narrow(1, T - R - 1, R);
   if (options.temperature != 1.0) z = z / options.temperature;
   ResponseScores out;
-  out.log_probs = ops::log_probs_from_logits(z, responses, options.chunk_rows);
-  if (options.with_entropy) out.entropy = ops::entropy_from_logits_chunked(z, options.chunk_rows);
+  out.log_probs = cuda::log_probs_from_logits(z, responses, options.chunk_rows);
+  if (options.with_entropy) out.entropy = cuda::entropy_from_logits_chunked(z, options.chunk_rows);
   return out;
 }
 

@@ -1,15 +1,17 @@
-#include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/log_probs.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 
-using namespace hyflow::ops;
+using namespace hyflow::cuda;
 
 namespace {
-at::Generator seeded(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+at::Generator seeded(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
 }  // namespace
 
 TEST_CASE("log-probs of chosen tokens equal log_softmax gathered, for any chunk size") {

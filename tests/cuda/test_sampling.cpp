@@ -1,17 +1,19 @@
-#include <hyflow/cuda/sampling.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/sampling.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <set>
 
-using hyflow::ops::SamplingOptions;
-using hyflow::ops::sample;
-using hyflow::ops::filter_logits;
+using hyflow::cuda::filter_logits;
+using hyflow::cuda::sample;
+using hyflow::cuda::SamplingOptions;
 
 namespace {
-at::Generator seeded(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+at::Generator seeded(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
 }  // namespace
 
 TEST_CASE("greedy sampling picks the argmax of every row") {
@@ -22,8 +24,7 @@ TEST_CASE("greedy sampling picks the argmax of every row") {
 
 TEST_CASE("temperature 0 equals greedy") {
   auto logits = torch::randn({7, 13}, seeded(2));
-  CHECK(torch::equal(sample(logits, SamplingOptions{.temperature = 0.0}, seeded(3)),
-                     logits.argmax(-1)));
+  CHECK(torch::equal(sample(logits, SamplingOptions{.temperature = 0.0}, seeded(3)), logits.argmax(-1)));
 }
 
 TEST_CASE("a very low temperature samples the argmax") {

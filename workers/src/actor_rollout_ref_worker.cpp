@@ -99,8 +99,9 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   models::GenerationOptions options;
   options.max_new_tokens = response_length;
   options.do_sample = do_sample && temperature > 0;
-  options.sampling = ops::SamplingOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = r.min_p};
-  if (!options.do_sample) options.sampling = ops::SamplingOptions{.greedy = true};
+  options.sampling =
+      cuda::SamplingOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = r.min_p};
+  if (!options.do_sample) options.sampling = cuda::SamplingOptions{.greedy = true};
   options.return_log_probs = r.calculate_log_probs;
   {
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);

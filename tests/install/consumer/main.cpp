@@ -31,7 +31,7 @@ int main() {
         "algos masked_mean");
   check(hyflow::parallel::seqlen_balancing::calculate_workload(std::vector<int64_t>{1, 2}).size() == 2,
         "parallel calculate_workload");
-  check(hyflow::ops::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
+  check(hyflow::cuda::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
   hyflow::models::CharTokenizer tokenizer;
   check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
   hyflow::workers::register_workers();

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace hyflow::ops {
+namespace hyflow::cuda {
 
 /// Sampling settings with verl's rollout defaults (temperature 1, top_k -1, top_p 1).
 struct SamplingOptions {
@@ -34,4 +34,4 @@ at::Tensor filter_logits(const at::Tensor& logits, const SamplingOptions& option
 at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options,
                   std::optional<at::Generator> generator = std::nullopt);
 
-}  // namespace hyflow::ops
+}  // namespace hyflow::cuda

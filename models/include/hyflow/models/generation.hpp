@@ -12,10 +12,10 @@
 namespace hyflow::models {
 
 struct GenerationOptions {
-  int64_t max_new_tokens = 32;     ///< response length R (responses are right-padded to R)
-  int64_t n = 1;                   ///< samples per prompt, interleaved (a, a, b, b)
-  bool do_sample = true;           ///< false: greedy (verl's val_kwargs)
-  ops::SamplingOptions sampling;   ///< temperature / top-k / top-p / min-p
+  int64_t max_new_tokens = 32;         ///< response length R (responses are right-padded to R)
+  int64_t n = 1;                       ///< samples per prompt, interleaved (a, a, b, b)
+  bool do_sample = true;               ///< false: greedy (verl's val_kwargs)
+  cuda::SamplingOptions sampling;      ///< temperature / top-k / top-p / min-p
   std::vector<int64_t> eos_token_ids;  ///< empty: the model config's eos ids
   int64_t pad_token_id = -1;           ///< -1: the model config's resolved pad id
   uint64_t seed = 0;                   ///< sampling is deterministic for a seed
