@@ -2,6 +2,7 @@
 #include <hyflow/models/llama.hpp>
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/linear.hpp>
 
 #include <torch/torch.h>
 
@@ -23,14 +24,12 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
 }
 
 // ---- rotary embeddings -----------------------------------------------------------------
-RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, RopeScaling scaling)
-    : scaling_(std::move(scaling)) {
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, RopeScaling scaling) : scaling_(std::move(scaling)) {
   auto exponents = torch::arange(0, head_dim, 2, torch::kLong).to(torch::kFloat) / static_cast<double>(head_dim);
   inv_freq_ = 1.0 / torch::pow(theta, exponents);  // (D/2,)
 }
 
-std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& position_ids,
-                                                           at::ScalarType dtype) const {
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(const at::Tensor& position_ids, at::ScalarType dtype) const {
   auto pos = position_ids.to(at::kFloat);
   if (scaling_.type == "linear") pos = pos / scaling_.factor;
   auto freqs = pos.unsqueeze(-1) * inv_freq_.to(pos.device());  // (B, T, D/2)
@@ -62,58 +61,18 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
 std::atomic<bool> g_onednn_linear{true};
 
 bool use_onednn(const at::Tensor& x) {
-  return g_onednn_linear.load(std::memory_order_relaxed) && at::hasMKLDNN() && x.device().is_cpu() &&
-         x.scalar_type() == at::kFloat;
+  return g_onednn_linear.load(std::memory_order_relaxed) && cuda::onednn_linear_supported(x);
 }
-
-// a (N, in) @ b (out, in)^T [+ bias] through oneDNN's inner product -> dense (N, out).
-at::Tensor onednn_inner_product(const at::Tensor& a, const at::Tensor& b_packed, const at::Tensor& bias) {
-  return at::mkldnn_linear(a.contiguous().to_mkldnn(), b_packed,
-                           bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
-      .to_dense();
-}
-
-// Linear with oneDNN in forward and backward (LibTorch 1.13 has no autograd through
-// oneDNN tensors, so the three products are spelled out): y = x W^T + b,
-// dx = dy W, dW = dy^T x, db = sum dy.
-struct OneDnnLinear : torch::autograd::Function<OneDnnLinear> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor weight,
-                            at::Tensor bias) {
-    // `bias` is an empty tensor for bias-free layers: autograd inputs must be defined.
-    const bool has_bias = bias.numel() > 0;
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["has_bias"] = has_bias;
-    return onednn_inner_product(x, weight.contiguous().to_mkldnn(), has_bias ? bias : at::Tensor());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const auto& x = saved[0];
-    const auto& weight = saved[1];
-    auto dy = grads[0].contiguous();  // (N, out)
-    auto dx = onednn_inner_product(dy, weight.t().contiguous().to_mkldnn(), {});
-    auto dw = onednn_inner_product(dy.t(), x.t().contiguous().to_mkldnn(), {});
-    auto db = ctx->saved_data["has_bias"].toBool() ? dy.sum(0) : at::Tensor();
-    return {dx, dw, db};
-  }
-};
 
 // x (..., in) @ weight (out, in)^T + bias -> (..., out). On CPU float32 the product runs on
 // oneDNN (see set_onednn_linear); cached inference reuses the cache's packed weights.
 at::Tensor linear_forward(const void* key, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
                           KVCache* cache) {
   if (!use_onednn(x)) return F::linear(x, weight, bias);
-  auto flat = x.reshape({-1, x.size(-1)});  // (N, in)
-  at::Tensor y;
   if (cache != nullptr && c10::InferenceMode::is_enabled()) {
-    y = onednn_inner_product(flat, cache->packed_weight(key, weight), bias);
-  } else {
-    y = OneDnnLinear::apply(flat, weight, bias.defined() ? bias : at::empty({0}, weight.options()));
+    return cuda::onednn_linear_packed(x, cache->packed_weight(key, weight), bias);
   }
-  auto shape = x.sizes().vec();
-  shape.back() = weight.size(0);
-  return y.view(shape);
+  return cuda::onednn_linear(x, weight, bias);
 }
 
 at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, KVCache* cache) {
@@ -122,8 +81,12 @@ at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, KVCache*
 
 }  // namespace
 
-void set_onednn_linear(bool enabled) { g_onednn_linear.store(enabled); }
-bool onednn_linear_enabled() { return g_onednn_linear.load(); }
+void set_onednn_linear(bool enabled) {
+  g_onednn_linear.store(enabled);
+}
+bool onednn_linear_enabled() {
+  return g_onednn_linear.load();
+}
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : num_heads_(c.num_attention_heads), num_kv_heads_(c.num_key_value_heads), head_dim_(c.resolved_head_dim()) {
@@ -151,7 +114,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto scores = torch::matmul(grouped_q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(head_dim_));
   scores = scores.view({B, num_heads_, T, S}).masked_fill(blocked, mask_value(scores.scalar_type()));
   auto probs = torch::softmax(scores, -1, at::kFloat).to(v.scalar_type());  // (B, H, T, S)
-  auto out = torch::matmul(probs.view({B, num_kv_heads_, G * T, S}), v);  // (B, H_kv, G*T, D)
+  auto out = torch::matmul(probs.view({B, num_kv_heads_, G * T, S}), v);    // (B, H_kv, G*T, D)
   // (B, H, T, D) -> (B, T, H*D)
   out = out.view({B, num_heads_, T, head_dim_}).transpose(1, 2).reshape({B, T, num_heads_ * head_dim_});
   return project(o_proj, out, cache);
@@ -189,9 +152,8 @@ namespace {
 // back-propagates through the recomputed graph, which accumulates the parameter gradients
 // (the reentrant scheme). The layers have no dropout, so recomputation is exact.
 struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
-                                                at::Tensor cos, at::Tensor sin, at::Tensor blocked,
-                                                DecoderLayerImpl* layer) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor cos,
+                                                at::Tensor sin, at::Tensor blocked, DecoderLayerImpl* layer) {
     // IValue holds no raw pointers; the layer outlives the graph that refers to it.
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->save_for_backward({x, cos, sin, blocked});
@@ -256,8 +218,8 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tenso
 
   auto h = embed_tokens(input_ids);  // (B, T, d)
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
-  const bool checkpoint = gradient_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled() &&
-                          h.requires_grad();
+  const bool checkpoint =
+      gradient_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled() && h.requires_grad();
   for (int64_t i = 0; i < static_cast<int64_t>(layers->size()); ++i) {
     auto* layer = layers[i]->as<DecoderLayerImpl>();
     h = checkpoint ? CheckpointedLayer::apply(h, cos, sin, blocked, layer)[0]
