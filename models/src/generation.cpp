@@ -42,12 +42,13 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), R = options.max_new_tokens, N = B * options.n;
   auto param = model->parameters().front();
 
-  // Prefill once per prompt, then give each of the n samples its own copy of the cache.
-  KVCache cache(config, B, P + R, param.options());
+  // The generation's state (KV cache, packed weights). Prefill once per prompt, then give
+  // each of the n samples its own copy of the cache.
+  InferenceContext context(config, B, P + R, param.options());
   // Only the last prompt position's logits are needed: (B, P, d) -> (B, d) -> (B, V).
-  auto logits = model->logits(model->model(prompt_ids, prompt_mask, prompt_pos, &cache).select(1, P - 1), &cache);
+  auto logits = model->logits(model->model(prompt_ids, prompt_mask, prompt_pos, &context).select(1, P - 1), &context);
   if (options.n > 1) {
-    cache.repeat_interleave(options.n);
+    context.repeat_interleave(options.n);
     logits = logits.repeat_interleave(options.n, 0);
     prompt_ids = prompt_ids.repeat_interleave(options.n, 0);
     prompt_mask = prompt_mask.repeat_interleave(options.n, 0);
@@ -75,7 +76,7 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
     if (eos.numel() > 0) finished = finished.logical_or(at::isin(tokens, eos));
     if (step + 1 == R || finished.all().item<bool>()) break;
     auto position = (last_pos + step + 1).unsqueeze(1);  // (N, 1)
-    logits = model(tokens.unsqueeze(1), full_mask.narrow(1, 0, P + step + 1), position, &cache).select(1, 0);
+    logits = model(tokens.unsqueeze(1), full_mask.narrow(1, 0, P + step + 1), position, &context).select(1, 0);
   }
 
   auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);

@@ -8,8 +8,8 @@ namespace hyflow::models {
 KVCache::KVCache(const ModelConfig& config, int64_t batch_size, int64_t capacity, at::TensorOptions options)
     : batch_size_(batch_size), capacity_(capacity) {
   if (batch_size <= 0 || capacity <= 0) {
-    throw ValueError("KVCache: batch_size and capacity must be > 0, got " + std::to_string(batch_size) +
-                     " and " + std::to_string(capacity));
+    throw ValueError("KVCache: batch_size and capacity must be > 0, got " + std::to_string(batch_size) + " and " +
+                     std::to_string(capacity));
   }
   const auto shape = std::vector<int64_t>{batch_size, config.num_key_value_heads, capacity, config.resolved_head_dim()};
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -35,12 +35,8 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   return {keys.narrow(2, 0, length_ + steps), values.narrow(2, 0, length_ + steps)};
 }
 
-void KVCache::advance(int64_t steps) { length_ += steps; }
-
-const at::Tensor& KVCache::packed_weight(const void* layer, const at::Tensor& weight) {
-  auto it = packed_.find(layer);
-  if (it == packed_.end()) it = packed_.emplace(layer, weight.to_mkldnn()).first;
-  return it->second;
+void KVCache::advance(int64_t steps) {
+  length_ += steps;
 }
 
 void KVCache::repeat_interleave(int64_t n) {

@@ -65,18 +65,18 @@ bool use_onednn(const at::Tensor& x) {
 }
 
 // x (..., in) @ weight (out, in)^T + bias -> (..., out). On CPU float32 the product runs on
-// oneDNN (see set_onednn_linear); cached inference reuses the cache's packed weights.
-at::Tensor linear_forward(const void* key, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
-                          KVCache* cache) {
+// oneDNN (see set_onednn_linear); inference with a context reuses the context's packed weights.
+at::Tensor linear_forward(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x,
+                          InferenceContext* context) {
   if (!use_onednn(x)) return F::linear(x, weight, bias);
-  if (cache != nullptr && c10::InferenceMode::is_enabled()) {
-    return cuda::onednn_linear_packed(x, cache->packed_weight(key, weight), bias);
+  if (context != nullptr && c10::InferenceMode::is_enabled()) {
+    return cuda::onednn_linear_packed(x, context->packed_weight(weight), bias);
   }
   return cuda::onednn_linear(x, weight, bias);
 }
 
-at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, KVCache* cache) {
-  return linear_forward(layer.get(), layer->weight, layer->bias, x, cache);
+at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, InferenceContext* context) {
+  return linear_forward(layer->weight, layer->bias, x, context);
 }
 
 }  // namespace
@@ -97,15 +97,15 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  const at::Tensor& blocked, KVCache* cache, int64_t layer) {
+                                  const at::Tensor& blocked, InferenceContext* context, int64_t layer) {
   const int64_t B = x.size(0), T = x.size(1), G = num_heads_ / num_kv_heads_;
   // (B, T, H*D) -> (B, T, H, D) -> (B, H, T, D)
-  auto q = project(q_proj, x, cache).view({B, T, num_heads_, head_dim_}).transpose(1, 2);
-  auto k = project(k_proj, x, cache).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
-  auto v = project(v_proj, x, cache).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto q = project(q_proj, x, context).view({B, T, num_heads_, head_dim_}).transpose(1, 2);
+  auto k = project(k_proj, x, context).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = project(v_proj, x, context).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
-  if (cache != nullptr) std::tie(k, v) = cache->append(layer, k, v);  // (B, H_kv, S, D)
+  if (context != nullptr) std::tie(k, v) = context->kv_cache().append(layer, k, v);  // (B, H_kv, S, D)
   const int64_t S = k.size(2);
 
   // Query head h reads kv head h / G: group the G query heads of a kv head along the rows.
@@ -117,7 +117,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto out = torch::matmul(probs.view({B, num_kv_heads_, G * T, S}), v);    // (B, H_kv, G*T, D)
   // (B, H, T, D) -> (B, T, H*D)
   out = out.view({B, num_heads_, T, head_dim_}).transpose(1, 2).reshape({B, T, num_heads_ * head_dim_});
-  return project(o_proj, out, cache);
+  return project(o_proj, out, context);
 }
 
 // ---- MLP -------------------------------------------------------------------------------
@@ -127,8 +127,8 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
   down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
-at::Tensor MLPImpl::forward(const at::Tensor& x, KVCache* cache) {
-  return project(down_proj, F::silu(project(gate_proj, x, cache)) * project(up_proj, x, cache), cache);
+at::Tensor MLPImpl::forward(const at::Tensor& x, InferenceContext* context) {
+  return project(down_proj, F::silu(project(gate_proj, x, context)) * project(up_proj, x, context), context);
 }
 
 // ---- decoder layer ---------------------------------------------------------------------
@@ -140,9 +140,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                     const at::Tensor& blocked, KVCache* cache, int64_t layer) {
-  auto h = x + self_attn(input_layernorm(x), cos, sin, blocked, cache, layer);
-  return h + mlp(post_attention_layernorm(h), cache);
+                                     const at::Tensor& blocked, InferenceContext* context, int64_t layer) {
+  auto h = x + self_attn(input_layernorm(x), cos, sin, blocked, context, layer);
+  return h + mlp(post_attention_layernorm(h), context);
 }
 
 namespace {
@@ -192,12 +192,12 @@ at::Tensor position_ids_from_mask(const at::Tensor& attention_mask) {
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                    const at::Tensor& position_ids, KVCache* cache) {
+                                    const at::Tensor& position_ids, InferenceContext* context) {
   if (input_ids.dim() != 2) {
     throw ShapeError("Transformer: input_ids must be (B, T), got " + std::to_string(input_ids.dim()) + "-D");
   }
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
-  const int64_t past = cache ? cache->length() : 0, S = past + T;
+  const int64_t past = context ? context->kv_cache().length() : 0, S = past + T;
   auto mask = attention_mask.defined() ? attention_mask.to(at::kBool)
                                        : torch::ones({B, S}, input_ids.options().dtype(at::kBool));
   if (mask.dim() != 2 || mask.size(0) != B || mask.size(1) != S) {
@@ -219,13 +219,13 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tenso
   auto h = embed_tokens(input_ids);  // (B, T, d)
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
   const bool checkpoint =
-      gradient_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled() && h.requires_grad();
+      gradient_checkpointing_ && context == nullptr && torch::GradMode::is_enabled() && h.requires_grad();
   for (int64_t i = 0; i < static_cast<int64_t>(layers->size()); ++i) {
     auto* layer = layers[i]->as<DecoderLayerImpl>();
     h = checkpoint ? CheckpointedLayer::apply(h, cos, sin, blocked, layer)[0]
-                   : layer->forward(h, cos, sin, blocked, cache, i);
+                   : layer->forward(h, cos, sin, blocked, context, i);
   }
-  if (cache != nullptr) cache->advance(T);
+  if (context != nullptr) context->kv_cache().advance(T);
   return norm(h);
 }
 
@@ -256,14 +256,14 @@ CausalLMImpl::CausalLMImpl(ModelConfig config) : config_(std::move(config)) {
   init_weights(*this, config_.initializer_range);
 }
 
-at::Tensor CausalLMImpl::logits(const at::Tensor& hidden, KVCache* cache) const {
-  if (lm_head) return linear_forward(lm_head.get(), lm_head->weight, {}, hidden, cache);
-  return linear_forward(model->embed_tokens.get(), model->embed_tokens->weight, {}, hidden, cache);
+at::Tensor CausalLMImpl::logits(const at::Tensor& hidden, InferenceContext* context) const {
+  if (lm_head) return linear_forward(lm_head->weight, {}, hidden, context);
+  return linear_forward(model->embed_tokens->weight, {}, hidden, context);
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                 const at::Tensor& position_ids, KVCache* cache) {
-  return logits(model(input_ids, attention_mask, position_ids, cache), cache);
+                                 const at::Tensor& position_ids, InferenceContext* context) {
+  return logits(model(input_ids, attention_mask, position_ids, context), context);
 }
 
 ValueModelImpl::ValueModelImpl(ModelConfig config) : config_(std::move(config)) {

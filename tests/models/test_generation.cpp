@@ -201,3 +201,29 @@ TEST_CASE("a bf16 model generates with float32 rollout log-probs") {
   CHECK(out.batch["rollout_log_probs"].isfinite().all().item<bool>());
   CHECK((out.batch["rollout_log_probs"] <= 0).all().item<bool>());
 }
+
+TEST_CASE("an inference context caches keys and values and packs each linear weight once") {
+  for (bool tied : {true, false}) {
+    INFO("tied embeddings: " << tied);
+    torch::manual_seed(20);
+    CausalLM model(small_config(tied));
+    auto ids = torch::randint(3, 37, {2, 6});
+    at::Tensor full;
+    {
+      torch::NoGradGuard no_grad;
+      full = model(ids);  // (2, 6, V) in one pass, no context
+    }
+    c10::InferenceMode inference;
+    InferenceContext context(model->config(), 2, 6, model->parameters().front().options());
+    auto prefill = model->forward(ids.narrow(1, 0, 4), {}, {}, &context);  // (2, 4, V)
+    CHECK(context.kv_cache().length() == 4);
+    // 2 layers x (q, k, v, o, gate, up, down) + the LM head (the embedding when tied)
+    const auto packed = context.packed_weight_count();
+    CHECK(packed == (at::hasMKLDNN() ? 2u * 7u + 1u : 0u));
+    auto step = model->forward(ids.narrow(1, 4, 2), {}, {}, &context);  // (2, 2, V) on the cached 4
+    CHECK(context.kv_cache().length() == 6);
+    CHECK(context.packed_weight_count() == packed);
+    CHECK(torch::allclose(torch::cat({prefill, step}, 1), full, 1e-4, 1e-5));
+    CHECK_THROWS_AS(model->forward(ids.narrow(1, 0, 1), {}, {}, &context), ShapeError);  // capacity 6 is full
+  }
+}

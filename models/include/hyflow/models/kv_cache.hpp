@@ -1,12 +1,12 @@
 #pragma once
 // Key/value cache for incremental decoding, preallocated to its capacity so that each step
-// writes in place instead of concatenating.
+// writes in place instead of concatenating. It holds keys and values only; the rest of the
+// per-generation state lives in InferenceContext (inference_context.hpp).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -32,12 +32,7 @@ class KVCache {
   /// Repeats every row n times (a, a, b, b): n samples share one prefill.
   void repeat_interleave(int64_t n);
 
-  /// A linear layer's weight in oneDNN's layout, packed on first use for `layer` (the
-  /// weights cannot change while one cache is in use: it lives for one generate call).
-  const at::Tensor& packed_weight(const void* layer, const at::Tensor& weight);
-
  private:
-  std::unordered_map<const void*, at::Tensor> packed_;
   std::vector<at::Tensor> keys_, values_;
   int64_t batch_size_, capacity_, length_ = 0;
 };

@@ -4,7 +4,7 @@
 // Parameter names are Hugging Face's, so state dicts map one to one onto safetensors.
 
 #include <hyflow/models/config.hpp>
-#include <hyflow/models/kv_cache.hpp>
+#include <hyflow/models/inference_context.hpp>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -45,8 +45,8 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& blocked, KVCache* cache, int64_t layer);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& blocked,
+                     InferenceContext* context, int64_t layer);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -58,7 +58,7 @@ TORCH_MODULE(Attention);
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x, KVCache* cache = nullptr);
+  at::Tensor forward(const at::Tensor& x, InferenceContext* context = nullptr);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
@@ -67,8 +67,8 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& blocked, KVCache* cache, int64_t layer);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& blocked,
+                     InferenceContext* context, int64_t layer);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -82,9 +82,10 @@ class TransformerImpl : public torch::nn::Module {
   /// input_ids (B, T) -> final hidden states (B, T, d).
   /// attention_mask (B, S) marks real tokens (1) and padding (0) over S = cached + T
   /// positions; undefined means all ones. position_ids (B, T): undefined means
-  /// clip(cumsum(mask) - 1, 0) (verl's rule), taken at the last T positions.
+  /// clip(cumsum(mask) - 1, 0) (verl's rule), taken at the last T positions. With a
+  /// context, the new positions' keys and values go to its KV cache and attend to the cached ones.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
-                     const at::Tensor& position_ids = {}, KVCache* cache = nullptr);
+                     const at::Tensor& position_ids = {}, InferenceContext* context = nullptr);
   /// Recompute each layer in backward instead of keeping its activations.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
@@ -107,10 +108,10 @@ class CausalLMImpl : public torch::nn::Module {
   explicit CausalLMImpl(ModelConfig config);
   /// (B, T) -> logits (B, T, V); arguments as in TransformerImpl::forward.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
-                     const at::Tensor& position_ids = {}, KVCache* cache = nullptr);
+                     const at::Tensor& position_ids = {}, InferenceContext* context = nullptr);
   /// Hidden states (B, T, d) -> logits (B, T, V) (tied embeddings use embed_tokens).
-  /// With a cache, inference may use its packed weights (see set_onednn_inference).
-  at::Tensor logits(const at::Tensor& hidden, KVCache* cache = nullptr) const;
+  /// With a context, inference mode uses its packed weights (see set_onednn_linear).
+  at::Tensor logits(const at::Tensor& hidden, InferenceContext* context = nullptr) const;
   const ModelConfig& config() const { return config_; }
 
   Transformer model{nullptr};
@@ -139,11 +140,11 @@ class ValueModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ValueModel);
 
-/// Linear layers in float32 on CPU run on oneDNN's inner product (forward and backward;
-/// KV-cached generation packs each weight once per generate call) when LibTorch has
-/// oneDNN. Debian's LibTorch 1.13 runs float32 GEMM on the reference BLAS, 4-20x slower at
-/// these shapes. On by default; off gives plain nn::Linear (torch::nn::functional::linear).
-/// Process-wide switch.
+/// Linear layers in float32 on CPU run on oneDNN's inner product (cuda::onednn_linear,
+/// forward and backward; generation packs each weight once in its InferenceContext) when
+/// LibTorch has oneDNN. Debian's LibTorch 1.13 runs float32 GEMM on the reference BLAS,
+/// 4-20x slower at these shapes. On by default; off gives plain nn::Linear
+/// (torch::nn::functional::linear). Process-wide switch.
 void set_onednn_linear(bool enabled);
 bool onednn_linear_enabled();
 
