@@ -90,8 +90,12 @@ NodeInfo local_node_info() {
 using detail::split_address;
 
 Json NodeInfo::to_json() const {
-  return Json{{"address", address},   {"hostname", hostname},   {"cpus", cpus},
-              {"gpus", gpus},         {"gpu_names", gpu_names}, {"gpu_memory_bytes", gpu_memory_bytes},
+  return Json{{"address", address},
+              {"hostname", hostname},
+              {"cpus", cpus},
+              {"gpus", gpus},
+              {"gpu_names", gpu_names},
+              {"gpu_memory_bytes", gpu_memory_bytes},
               {"protocol_version", protocol_version}};
 }
 

@@ -89,7 +89,7 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
         if (version != kNodeProtocolVersion) {
           cluster_log("refused a controller speaking protocol v" + std::to_string(version));
           return detail::node_error("protocol version mismatch: node speaks v" + std::to_string(kNodeProtocolVersion) +
-                            ", controller v" + std::to_string(version));
+                                    ", controller v" + std::to_string(version));
         }
         if (!controller) return detail::node_error("hello without a session actor");
         const uint64_t id = st.next_session++;
@@ -178,8 +178,8 @@ std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
 
 NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   register_colocated_worker_type();  // WorkerDict bundles of the registered roles
-  install_data_plane();  // large DataProtos of the hosted workers' results
-  DataPlaneOptions plane;  // the data plane listens where the node does, unless told otherwise
+  install_data_plane();              // large DataProtos of the hosted workers' results
+  DataPlaneOptions plane;            // the data plane listens where the node does, unless told otherwise
   plane.bind = options.bind;
   DataPlane::configure(DataPlaneOptions::from_environment(plane));
   impl_->info = detail::local_node_info();
@@ -207,7 +207,11 @@ NodeServer::~NodeServer() {
   detail::drain_basp(impl_->system, std::chrono::seconds(2));
 }
 
-int NodeServer::port() const { return impl_->port; }
-const NodeInfo& NodeServer::info() const { return impl_->info; }
+int NodeServer::port() const {
+  return impl_->port;
+}
+const NodeInfo& NodeServer::info() const {
+  return impl_->info;
+}
 
 }  // namespace hyflow::cluster

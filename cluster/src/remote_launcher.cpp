@@ -31,7 +31,7 @@ struct RemoteLauncher::Impl {
   caf::actor_system& sys;
   ClusterOptions options;
   bool tls = false;
-  caf::actor session_actor;  ///< the nodes monitor it: when it goes, they stop our workers
+  caf::actor session_actor;   ///< the nodes monitor it: when it goes, they stop our workers
   caf::actor shutdown_guard;  ///< orders the actor system's shutdown (see "shutdown ordering")
   std::vector<Node> nodes;
   std::vector<NodeInfo> infos;
@@ -49,8 +49,10 @@ struct RemoteLauncher::Impl {
     self->request(mm, timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
         .receive(
             [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
-              if (!ptr) failure = "no node manager is published there";
-              else n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
+              if (!ptr)
+                failure = "no node manager is published there";
+              else
+                n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
             },
             [&](caf::error& e) {
               failure = e == caf::sec::request_timeout
@@ -137,7 +139,9 @@ RemoteLauncher::~RemoteLauncher() {
   caf::anon_send(impl_->shutdown_guard, detail::guard_gone_atom::value);
 }
 
-const std::vector<NodeInfo>& RemoteLauncher::nodes() const { return impl_->infos; }
+const std::vector<NodeInfo>& RemoteLauncher::nodes() const {
+  return impl_->infos;
+}
 
 ResourcePool RemoteLauncher::pool(int workers_per_node, bool use_gpu) const {
   return pool(std::vector<int>(impl_->nodes.size(), workers_per_node), use_gpu);

@@ -63,8 +63,9 @@ void drain_basp(caf::actor_system& sys, std::chrono::milliseconds budget) {
   const auto end = std::chrono::steady_clock::now() + budget;
   while (ending_actor_in_registry(sys) && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const auto left = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                 end - std::chrono::steady_clock::now()));
+  const auto left =
+      std::max(std::chrono::milliseconds(100),
+               std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()));
   caf::scoped_actor self{sys, /*hide=*/true};
   self->request(basp_broker_of(sys), caf::timespan{left}, caf::get_atom::value, sys.node())
       .receive([](caf::node_id&, std::string&, uint16_t) {}, [](caf::error&) {});
@@ -143,14 +144,15 @@ caf::behavior shutdown_guard(caf::stateful_actor<guard_state>* self) {
           return;
         }
         self->request(basp_broker_of(sys), std::chrono::seconds(2), caf::get_atom::value, sys.node())
-            .then([finish](caf::node_id&, std::string&, uint16_t) { finish(); },
-                  [finish](caf::error&) { finish(); });
+            .then([finish](caf::node_id&, std::string&, uint16_t) { finish(); }, [finish](caf::error&) { finish(); });
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_shutdown_guard(caf::actor_system& sys) { return sys.spawn(shutdown_guard); }
+caf::actor spawn_shutdown_guard(caf::actor_system& sys) {
+  return sys.spawn(shutdown_guard);
+}
 
 }  // namespace hyflow::cluster::detail

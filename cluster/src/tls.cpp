@@ -68,7 +68,7 @@ bool check_tls_files(const TlsFiles& tls, const std::vector<std::string>& names)
   auto f = open_pem(key, "key");
   ERR_clear_error();
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr),
-                                                          &EVP_PKEY_free);
+                                                           &EVP_PKEY_free);
   if (!pkey)
     throw ValueError("TLS key file '" + key + "' holds no unencrypted PEM private key (" + openssl_reason() + ")");
   if (X509_check_private_key(certificate.get(), pkey.get()) != 1) {

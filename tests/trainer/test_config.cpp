@@ -1,13 +1,17 @@
 // Trainer config: verl defaults, INI sections, --key=value overrides, errors naming the key.
 #include <hyflow/core/error.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/workers/config.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <set>
 
 using namespace hyflow;
 using hyflow::trainer::Config;
@@ -33,8 +37,9 @@ TEST_CASE("defaults are verl's: gae, train_batch_size 1024, actor lr 1e-6, criti
 }
 
 TEST_CASE("INI sections set dotted keys and command-line overrides win") {
-  const auto ini = write_ini("[algorithm]\nadv_estimator = grpo\n[actor_rollout_ref.rollout]\nn = 4\n"
-                             "[actor_rollout_ref.actor.optim]\nlr = 3e-4\n");
+  const auto ini = write_ini(
+      "[algorithm]\nadv_estimator = grpo\n[actor_rollout_ref.rollout]\nn = 4\n"
+      "[actor_rollout_ref.actor.optim]\nlr = 3e-4\n");
   Config c;
   const bool help =
       c.apply_arguments({"--config=" + ini, "--actor_rollout_ref.rollout.n=8", "--data.val_batch_size=null"});
@@ -101,4 +106,105 @@ TEST_CASE("the SFT schema has its own keys") {
   Config c(trainer::ConfigSchema::sft);
   CHECK(c.get_int("data.micro_batch_size_per_gpu") == 4);
   CHECK_THROWS_AS(c.set("algorithm.adv_estimator", "grpo"), KeyError);
+}
+
+TEST_CASE("every key a role worker reads is a key of the PPO table, with the worker's declared default") {
+  const auto& table = hyflow::trainer::config_keys(hyflow::trainer::ConfigSchema::ppo);
+  const auto worker_keys = hyflow::workers::worker_config_keys();
+  REQUIRE(worker_keys.size() > 60);
+  for (const auto& wk : worker_keys) {
+    INFO(wk.name);
+    auto it = std::find_if(table.begin(), table.end(), [&](const ConfigKey& k) { return k.name == wk.name; });
+    REQUIRE(it != table.end());
+    CHECK(it->type == wk.type);
+    CHECK(it->default_value == wk.default_value);
+  }
+  // no key is declared twice
+  std::set<std::string> names;
+  for (const auto& k : table) {
+    INFO(k.name);
+    CHECK(names.insert(k.name).second);
+  }
+  // the keys that every app used to reject as unknown
+  for (const char* key :
+       {"actor_rollout_ref.rollout.min_p", "actor_rollout_ref.actor.calculate_entropy",
+        "actor_rollout_ref.actor.tau_pos", "actor_rollout_ref.actor.tau_neg",
+        "actor_rollout_ref.actor.policy_loss.clip_cov_ratio", "actor_rollout_ref.actor.loss_scale_factor",
+        "actor_rollout_ref.actor.optim.eps", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+        "critic.forward_max_token_len_per_gpu", "reward_model.use_dynamic_bsz"}) {
+    INFO(key);
+    CHECK(names.count(key) == 1);
+  }
+  // keys the trainer sets itself are not offered
+  CHECK(names.count("actor_rollout_ref.rollout.seed") == 0);
+  CHECK(names.count("actor_rollout_ref.actor.optim.total_training_steps") == 0);
+}
+
+TEST_CASE("keys set through the app reach the worker config") {
+  Config c;
+  c.apply_arguments({"--actor_rollout_ref.model.path=/m", "--actor_rollout_ref.rollout.min_p=0.1",
+                     "--actor_rollout_ref.actor.calculate_entropy=true", "--actor_rollout_ref.actor.tau_pos=2.5",
+                     "--actor_rollout_ref.actor.loss_scale_factor=64",
+                     "--actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.01"});
+  const auto cfg = hyflow::workers::parse_actor_rollout_ref_config(c.subtree("actor_rollout_ref"));
+  CHECK(cfg.rollout.min_p == Approx(0.1));
+  CHECK(cfg.actor.calculate_entropy);
+  CHECK(cfg.actor.loss.tau_pos == Approx(2.5));
+  REQUIRE(cfg.actor.loss.loss_scale_factor.has_value());
+  CHECK(*cfg.actor.loss.loss_scale_factor == Approx(64));
+  CHECK(cfg.actor.loss.policy_loss.clip_cov_ratio == Approx(0.01));
+  // unset keys that inherit from the actor stay unset in the table and inherit in the worker
+  Config d;
+  d.apply_arguments({"--actor_rollout_ref.model.path=/m", "--actor_rollout_ref.actor.use_dynamic_bsz=true",
+                     "--actor_rollout_ref.actor.ppo_max_token_len_per_gpu=999"});
+  CHECK(d.is_null("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz"));
+  const auto inherited = hyflow::workers::parse_actor_rollout_ref_config(d.subtree("actor_rollout_ref"));
+  CHECK(inherited.rollout.log_prob.use_dynamic_bsz);
+  CHECK(inherited.rollout.log_prob.max_token_len_per_gpu == 999);
+  CHECK(inherited.ref.max_token_len_per_gpu == 999);
+}
+
+TEST_CASE("an unknown key suggests the closest known one") {
+  Config c;
+  CHECK_THROWS_WITH(c.apply_arguments({"--trainer.total_epoch=3"}),
+                    Catch::Contains("unknown config key 'trainer.total_epoch'") &&
+                        Catch::Contains("did you mean 'trainer.total_epochs'?"));
+  CHECK_THROWS_WITH(c.set("actor_rollout_ref.rollout.min_q", "0.1"),
+                    Catch::Contains("did you mean 'actor_rollout_ref.rollout.min_p'?"));
+  const auto ini = write_ini("[actor_rollout_ref.actor]\nppo_epoch = 2\n");
+  CHECK_THROWS_WITH(c.load_ini(ini), Catch::Contains("unknown config key 'actor_rollout_ref.actor.ppo_epoch'") &&
+                                         Catch::Contains(ini) &&
+                                         Catch::Contains("did you mean 'actor_rollout_ref.actor.ppo_epochs'?"));
+  CHECK_THROWS_WITH(c.set("zzzz", "1"), !Catch::Contains("did you mean"));
+  // the worker names the closest key of its section for keys that reach it directly
+  CHECK_THROWS_WITH(hyflow::workers::parse_critic_config({{"model", {{"path", "/m"}}}, {"cliprange_valu", 0.2}}),
+                    Catch::Contains("did you mean 'critic.cliprange_value'?"));
+}
+
+TEST_CASE("non-finite numbers, values below a key's minimum and repeated INI keys are errors naming the key") {
+  Config c;
+  for (const char* bad : {"nan", "inf", "-inf", "NaN"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(c.set("actor_rollout_ref.actor.optim.lr", bad),
+                      Catch::Contains("actor_rollout_ref.actor.optim.lr") && Catch::Contains("finite"));
+  }
+  CHECK_THROWS_WITH(c.set_json("algorithm.gamma", nlohmann::json(std::nan(""))), Catch::Contains("algorithm.gamma"));
+  CHECK_THROWS_WITH(c.set("trainer.total_epochs", "-1"),
+                    Catch::Contains("trainer.total_epochs") && Catch::Contains(">= 1"));
+  CHECK_THROWS_WITH(c.set("trainer.total_training_steps", "0"), Catch::Contains("trainer.total_training_steps"));
+  CHECK_THROWS_WITH(c.set("trainer.critic_warmup", "-2"), Catch::Contains("trainer.critic_warmup"));
+  CHECK_THROWS_WITH(c.set("actor_rollout_ref.actor.ppo_epochs", "0"),
+                    Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains(">= 1"));
+  CHECK_THROWS_WITH(c.set("actor_rollout_ref.rollout.n", "-4"), Catch::Contains("actor_rollout_ref.rollout.n"));
+  c.set("trainer.save_freq", "-1");  // -1: never, as in verl
+  c.set("trainer.total_training_steps", "null");
+  CHECK(c.get_int("trainer.save_freq") == -1);
+  const auto ini = write_ini("[trainer]\ntotal_epochs = 2\nseed = 3\ntotal_epochs = 4\n");
+  CHECK_THROWS_WITH(c.load_ini(ini),
+                    Catch::Contains("trainer.total_epochs") && Catch::Contains("twice") && Catch::Contains(ini));
+  CHECK(c.get_int("trainer.total_epochs") == 30);  // the file was refused before any key was set
+  // a worker given a config that bypasses the table checks the same
+  CHECK_THROWS_WITH(
+      hyflow::workers::parse_actor_rollout_ref_config({{"model", {{"path", "/m"}}}, {"actor", {{"ppo_epochs", -1}}}}),
+      Catch::Contains("actor_rollout_ref.actor.ppo_epochs"));
 }

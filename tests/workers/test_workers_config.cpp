@@ -91,7 +91,7 @@ TEST_CASE("bad config values are ValueErrors naming the key and the value") {
     return error_of([&] { parse_actor_rollout_ref_config(cfg); });
   };
   CHECK_THAT(with("actor", "ppo_epochs", 0),
-             Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains("> 0"));
+             Catch::Contains("actor_rollout_ref.actor.ppo_epochs") && Catch::Contains(">= 1"));
   CHECK_THAT(with("actor", "ppo_epochs", "two"), Catch::Contains("must be an integer") && Catch::Contains("\"two\""));
   CHECK_THAT(with("actor", "loss_agg_mode", "mean"), Catch::Contains("actor_rollout_ref.actor.loss_agg_mode"));
   CHECK_THAT(with("actor", "clip_ratio_c", 1.0), Catch::Contains("clip_ratio_c"));

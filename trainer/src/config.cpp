@@ -1,12 +1,18 @@
 // Key tables, INI/CLI parsing (Boost.ProgramOptions) and typed values of the trainer config.
+// The PPO table is the trainer's own sections plus the role workers' declarations
+// (workers::worker_config_keys), so a key is declared once, where it is read.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/suggest.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/workers/config.hpp>
 
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace hyflow::trainer {
@@ -17,19 +23,12 @@ namespace {
 using T = KeyType;
 const Json kNull = Json();
 
-ConfigKey key(std::string name, T type, Json def, std::string help, bool nullable = false) {
-  return ConfigKey{std::move(name), type, std::move(def), std::move(help), nullable};
+ConfigKey key(std::string name, T type, Json def, std::string help, bool nullable = false, Json minimum = nullptr) {
+  return ConfigKey{std::move(name), type, std::move(def), std::move(help), nullable, std::move(minimum)};
 }
-
-std::vector<ConfigKey> optim_keys(const std::string& p, double lr) {
-  return {key(p + ".lr", T::number, lr, "learning rate"),
-          key(p + ".weight_decay", T::number, 0.01, "AdamW weight decay"),
-          key(p + ".betas", T::list, Json::array({0.9, 0.999}), "AdamW betas"),
-          key(p + ".lr_warmup_steps", T::integer, -1, "warmup steps (< 0: use the ratio)"),
-          key(p + ".lr_warmup_steps_ratio", T::number, 0.0, "warmup steps as a ratio of total steps"),
-          key(p + ".lr_scheduler_type", T::string, "constant", "constant | cosine"),
-          key(p + ".min_lr_ratio", T::number, 0.0, "cosine floor"),
-          key(p + ".num_cycles", T::number, 0.5, "cosine cycles")};
+/// An integer key with a lower bound.
+ConfigKey at_least(int64_t minimum, std::string name, Json def, std::string help, bool nullable = false) {
+  return key(std::move(name), T::integer, std::move(def), std::move(help), nullable, minimum);
 }
 
 std::vector<ConfigKey> make_ppo_keys() {
@@ -38,120 +37,73 @@ std::vector<ConfigKey> make_ppo_keys() {
       key("data.val_files", T::string, "", "JSONL validation file(s); empty: data.synthetic"),
       key("data.prompt_key", T::string, "prompt", "column with the prompt (chat messages or text)"),
       key("data.reward_fn_key", T::string, "data_source", "column that selects the reward function"),
-      key("data.max_prompt_length", T::integer, 512, "prompt tokens (left-padded)"),
-      key("data.max_response_length", T::integer, 512, "response tokens"),
-      key("data.train_batch_size", T::integer, 1024, "prompts per step"),
-      key("data.val_batch_size", T::integer, kNull, "validation prompts per batch (null: all)", true),
+      at_least(1, "data.max_prompt_length", 512, "prompt tokens (left-padded)"),
+      at_least(1, "data.max_response_length", 512, "response tokens"),
+      at_least(1, "data.train_batch_size", 1024, "prompts per step"),
+      at_least(1, "data.val_batch_size", kNull, "validation prompts per batch (null: all)", true),
       key("data.shuffle", T::boolean, true, "shuffle the training set every epoch"),
       key("data.seed", T::integer, kNull, "shuffle seed (null: 1)", true),
       key("data.truncation", T::string, "error", "error | left | right | middle"),
       key("data.filter_overlong_prompts", T::boolean, false, "drop prompts longer than max_prompt_length"),
       key("data.return_raw_chat", T::boolean, true, "accepted for verl compatibility"),
-      key("data.dataloader_num_workers", T::integer, 8, "accepted for verl compatibility"),
+      at_least(0, "data.dataloader_num_workers", 8, "accepted for verl compatibility"),
       key("data.synthetic.task", T::string, "arithmetic", "built-in task when no files are given"),
-      key("data.synthetic.train_size", T::integer, 2048, "built-in task: training prompts"),
-      key("data.synthetic.val_size", T::integer, 128, "built-in task: validation prompts"),
-      key("data.synthetic.max_operand", T::integer, 99, "built-in task: operands in [0, max_operand]"),
+      at_least(1, "data.synthetic.train_size", 2048, "built-in task: training prompts"),
+      at_least(1, "data.synthetic.val_size", 128, "built-in task: validation prompts"),
+      at_least(0, "data.synthetic.max_operand", 99, "built-in task: operands in [0, max_operand]"),
       key("data.synthetic.seed", T::integer, 0, "built-in task: generator seed"),
       key("actor_rollout_ref.hybrid_engine", T::boolean, true, "actor and rollout in one worker"),
-      key("actor_rollout_ref.model.path", T::string, "", "model directory (Hugging Face format)"),
       key("actor_rollout_ref.model.use_remove_padding", T::boolean, true, "accepted for verl compatibility"),
-      key("actor_rollout_ref.model.enable_gradient_checkpointing", T::boolean, false, "recompute activations"),
       key("actor_rollout_ref.actor.strategy", T::string, "fsdp", "accepted for verl compatibility"),
-      key("actor_rollout_ref.actor.ppo_mini_batch_size", T::integer, 256, "prompts per mini-batch"),
-      key("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
-      key("actor_rollout_ref.actor.use_dynamic_bsz", T::boolean, false, "token-budget micro-batches"),
-      key("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", T::integer, 16384, "token budget per micro-batch"),
-      key("actor_rollout_ref.actor.ppo_epochs", T::integer, 1, "passes over the batch"),
       key("actor_rollout_ref.actor.shuffle", T::boolean, false, "accepted for verl compatibility"),
-      key("actor_rollout_ref.actor.clip_ratio", T::number, 0.2, "PPO clip"),
-      key("actor_rollout_ref.actor.clip_ratio_low", T::number, 0.2, "PPO lower clip"),
-      key("actor_rollout_ref.actor.clip_ratio_high", T::number, 0.2, "PPO upper clip"),
-      key("actor_rollout_ref.actor.clip_ratio_c", T::number, 3.0, "dual clip"),
-      key("actor_rollout_ref.actor.loss_agg_mode", T::string, "token-mean", "loss aggregation"),
-      key("actor_rollout_ref.actor.entropy_coeff", T::number, 0.0, "entropy bonus"),
-      key("actor_rollout_ref.actor.use_kl_loss", T::boolean, false, "KL to the reference as a loss"),
-      key("actor_rollout_ref.actor.kl_loss_coef", T::number, 0.001, "KL loss coefficient"),
-      key("actor_rollout_ref.actor.kl_loss_type", T::string, "low_var_kl", "KL estimator of the loss"),
-      key("actor_rollout_ref.actor.grad_clip", T::number, 1.0, "gradient norm clip"),
-      key("actor_rollout_ref.actor.policy_loss.loss_mode", T::string, "vanilla", "policy loss"),
   };
-  for (auto& o : optim_keys("actor_rollout_ref.actor.optim", 1e-6)) k.push_back(std::move(o));
   std::vector<ConfigKey> rest = {
-      key("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per ref micro-batch",
-          true),
       key("actor_rollout_ref.rollout.name", T::string, "hf", "rollout engine (hyflow: hf)"),
       key("actor_rollout_ref.rollout.mode", T::string, "sync", "accepted for verl compatibility"),
-      key("actor_rollout_ref.rollout.n", T::integer, 1, "samples per prompt"),
-      key("actor_rollout_ref.rollout.temperature", T::number, 1.0, "sampling temperature"),
-      key("actor_rollout_ref.rollout.top_k", T::integer, -1, "top-k (-1: off)"),
-      key("actor_rollout_ref.rollout.top_p", T::number, 1.0, "top-p"),
-      key("actor_rollout_ref.rollout.do_sample", T::boolean, true, "sample (else greedy)"),
-      key("actor_rollout_ref.rollout.prompt_length", T::integer, kNull, "null: data.max_prompt_length", true),
-      key("actor_rollout_ref.rollout.response_length", T::integer, kNull, "null: data.max_response_length", true),
-      key("actor_rollout_ref.rollout.calculate_log_probs", T::boolean, false, "return rollout_log_probs"),
-      key("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch",
-          true),
-      key("actor_rollout_ref.rollout.val_kwargs.n", T::integer, 1, "validation samples per prompt"),
-      key("actor_rollout_ref.rollout.val_kwargs.do_sample", T::boolean, false, "validation sampling"),
-      key("actor_rollout_ref.rollout.val_kwargs.temperature", T::number, 0.0, "validation temperature"),
-      key("actor_rollout_ref.rollout.val_kwargs.top_k", T::integer, -1, "validation top-k"),
-      key("actor_rollout_ref.rollout.val_kwargs.top_p", T::number, 1.0, "validation top-p"),
       key("critic.enable", T::boolean, kNull, "null: on for gae", true),
-      key("critic.model.path", T::string, "", "value model directory (empty: the actor's)"),
-      key("critic.ppo_mini_batch_size", T::integer, kNull, "null: the actor's", true),
-      key("critic.ppo_micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
-      key("critic.forward_micro_batch_size_per_gpu", T::integer, kNull, "rows per forward micro-batch", true),
-      key("critic.use_dynamic_bsz", T::boolean, false, "token-budget micro-batches"),
-      key("critic.ppo_max_token_len_per_gpu", T::integer, 32768, "token budget"),
-      key("critic.ppo_epochs", T::integer, kNull, "null: the actor's", true),
-      key("critic.cliprange_value", T::number, 0.5, "value clip"),
-      key("critic.loss_agg_mode", T::string, kNull, "null: the actor's", true),
-      key("critic.grad_clip", T::number, 1.0, "gradient norm clip"),
   };
   for (auto& o : rest) k.push_back(std::move(o));
-  for (auto& o : optim_keys("critic.optim", 1e-5)) k.push_back(std::move(o));
+  // actor_rollout_ref.*, critic.*, reward_model.*: declared by the role workers where they read them
+  for (auto& o : workers::worker_config_keys()) k.push_back(std::move(o));
   std::vector<ConfigKey> tail = {
       key("reward_model.enable", T::boolean, false, "score with a reward model worker"),
-      key("reward_model.model.path", T::string, "", "reward model directory"),
-      key("reward_model.micro_batch_size_per_gpu", T::integer, kNull, "rows per micro-batch", true),
       key("reward_model.reward_manager", T::string, "naive", "naive | dapo | batch"),
       key("reward_model.overlong_buffer.enable", T::boolean, false, "dapo: overlong penalty"),
-      key("reward_model.overlong_buffer.len", T::integer, 0, "dapo: buffer length"),
-      key("reward_model.overlong_buffer.penalty_factor", T::number, 1.0, "dapo: penalty factor"),
+      at_least(0, "reward_model.overlong_buffer.len", 0, "dapo: buffer length"),
+      key("reward_model.overlong_buffer.penalty_factor", T::number, 1.0, "dapo: penalty factor", false, 0),
       key("custom_reward_function.path", T::string, kNull,
           "shared library whose static initializers register reward functions (null: built-in ones only)", true),
       key("custom_reward_function.name", T::string, "compute_score",
           "registered reward function (compute_score without a path: the default router)"),
       key("algorithm.adv_estimator", T::string, "gae", "advantage estimator"),
-      key("algorithm.gamma", T::number, 1.0, "discount"),
-      key("algorithm.lam", T::number, 1.0, "GAE lambda"),
+      key("algorithm.gamma", T::number, 1.0, "discount", false, 0),
+      key("algorithm.lam", T::number, 1.0, "GAE lambda", false, 0),
       key("algorithm.norm_adv_by_std_in_grpo", T::boolean, true, "GRPO: divide by the group std"),
       key("algorithm.use_kl_in_reward", T::boolean, false, "KL penalty in the reward"),
       key("algorithm.kl_penalty", T::string, "kl", "KL estimator in the reward"),
       key("algorithm.kl_ctrl.type", T::string, "fixed", "fixed | adaptive"),
-      key("algorithm.kl_ctrl.kl_coef", T::number, 0.001, "KL coefficient"),
-      key("algorithm.kl_ctrl.horizon", T::integer, 10000, "adaptive horizon"),
-      key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target"),
-      key("trainer.total_epochs", T::integer, 30, "epochs"),
-      key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
+      key("algorithm.kl_ctrl.kl_coef", T::number, 0.001, "KL coefficient", false, 0),
+      at_least(1, "algorithm.kl_ctrl.horizon", 10000, "adaptive horizon"),
+      key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target", false, 0),
+      at_least(1, "trainer.total_epochs", 30, "epochs"),
+      at_least(1, "trainer.total_training_steps", kNull, "null: epochs x batches", true),
       key("trainer.balance_batch", T::boolean, true,
           "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"),
       key("trainer.project_name", T::string, "hyflow", "project"),
       key("trainer.experiment_name", T::string, "run", "experiment"),
       key("trainer.logger", T::list, Json::array({"console"}), "console | file"),
-      key("trainer.nnodes", T::integer, 1, "nodes"),
-      key("trainer.n_gpus_per_node", T::integer, 1, "workers per node"),
-      key("trainer.save_freq", T::integer, -1, "save every N steps (-1: never)"),
-      key("trainer.test_freq", T::integer, -1, "validate every N steps (-1: never)"),
+      at_least(1, "trainer.nnodes", 1, "nodes"),
+      at_least(1, "trainer.n_gpus_per_node", 1, "workers per node"),
+      at_least(-1, "trainer.save_freq", -1, "save every N steps (-1: never)"),
+      at_least(-1, "trainer.test_freq", -1, "validate every N steps (-1: never)"),
       key("trainer.val_before_train", T::boolean, true, "validate before the first step"),
       key("trainer.val_only", T::boolean, false, "validate and stop"),
-      key("trainer.critic_warmup", T::integer, 0, "steps updating only the critic"),
+      at_least(0, "trainer.critic_warmup", 0, "steps updating only the critic"),
       key("trainer.resume_mode", T::string, "auto", "disable | auto | resume_path"),
       key("trainer.resume_from_path", T::string, kNull, "checkpoint folder global_step_N", true),
       key("trainer.default_local_dir", T::string, kNull, "null: checkpoints/{project}/{experiment}", true),
-      key("trainer.max_actor_ckpt_to_keep", T::integer, kNull, "null: keep all", true),
-      key("trainer.max_critic_ckpt_to_keep", T::integer, kNull, "null: keep all", true),
+      at_least(1, "trainer.max_actor_ckpt_to_keep", kNull, "null: keep all", true),
+      at_least(1, "trainer.max_critic_ckpt_to_keep", kNull, "null: keep all", true),
       key("trainer.device", T::string, "cpu", "cpu | cuda"),
       key("trainer.seed", T::integer, 1, "controller seed (uids, rollout seeds)"),
       key("trainer.metrics_file", T::string, kNull, "JSONL metrics (null: {default_local_dir}/metrics.jsonl)", true),
@@ -160,8 +112,8 @@ std::vector<ConfigKey> make_ppo_keys() {
           "caf-node addresses host:port,... (null: workers run in this process); trainer.nnodes of them are used",
           true),
       key("cluster.secret_file", T::string, kNull, "file with the secret the nodes were started with", true),
-      key("cluster.heartbeat_ms", T::integer, 0, "middleman heartbeat interval, as the nodes' --heartbeat-ms (0: off)"),
-      key("cluster.connection_timeout_ms", T::integer, 0,
+      at_least(0, "cluster.heartbeat_ms", 0, "middleman heartbeat interval, as the nodes' --heartbeat-ms (0: off)"),
+      at_least(0, "cluster.connection_timeout_ms", 0,
           "drop a node silent this long, as the nodes' --connection-timeout-ms (0: never)"),
       key("cluster.tls_cert", T::string, kNull, "mutual TLS: this controller's certificate (PEM)", true),
       key("cluster.tls_key", T::string, kNull, "mutual TLS: its private key (PEM)", true),
@@ -184,33 +136,33 @@ std::vector<ConfigKey> make_sft_keys() {
       key("data.val_files", T::string, "", "JSONL validation file; empty: data.synthetic"),
       key("data.prompt_key", T::string, "prompt", "prompt column"),
       key("data.response_key", T::string, "response", "response column"),
-      key("data.max_length", T::integer, 1024, "prompt + response tokens (right-padded)"),
+      at_least(1, "data.max_length", 1024, "prompt + response tokens (right-padded)"),
       key("data.truncation", T::string, "error", "error | left | right"),
-      key("data.train_batch_size", T::integer, 256, "rows per optimizer step"),
-      key("data.micro_batch_size_per_gpu", T::integer, 4, "rows per micro-batch"),
+      at_least(1, "data.train_batch_size", 256, "rows per optimizer step"),
+      at_least(1, "data.micro_batch_size_per_gpu", 4, "rows per micro-batch"),
       key("data.synthetic.task", T::string, "arithmetic", "built-in task when no files are given"),
-      key("data.synthetic.train_size", T::integer, 2048, "built-in task: training rows"),
-      key("data.synthetic.val_size", T::integer, 128, "built-in task: validation rows"),
-      key("data.synthetic.max_operand", T::integer, 99, "built-in task: operands in [0, max_operand]"),
+      at_least(1, "data.synthetic.train_size", 2048, "built-in task: training rows"),
+      at_least(1, "data.synthetic.val_size", 128, "built-in task: validation rows"),
+      at_least(0, "data.synthetic.max_operand", 99, "built-in task: operands in [0, max_operand]"),
       key("data.synthetic.seed", T::integer, 0, "built-in task: generator seed"),
-      key("data.synthetic.correct_fraction", T::number, 1.0, "fraction of rows with the right answer"),
+      key("data.synthetic.correct_fraction", T::number, 1.0, "fraction of rows with the right answer", false, 0),
       key("model.partial_pretrain", T::string, "", "model directory; empty: a new tiny model"),
-      key("model.tiny.hidden_size", T::integer, 64, "new tiny model: hidden size"),
-      key("model.tiny.num_hidden_layers", T::integer, 2, "new tiny model: layers"),
-      key("model.tiny.num_attention_heads", T::integer, 4, "new tiny model: heads"),
-      key("model.tiny.intermediate_size", T::integer, 192, "new tiny model: MLP size"),
+      at_least(1, "model.tiny.hidden_size", 64, "new tiny model: hidden size"),
+      at_least(1, "model.tiny.num_hidden_layers", 2, "new tiny model: layers"),
+      at_least(1, "model.tiny.num_attention_heads", 4, "new tiny model: heads"),
+      at_least(1, "model.tiny.intermediate_size", 192, "new tiny model: MLP size"),
       key("model.tiny.seed", T::integer, 0, "new tiny model: init seed"),
-      key("optim.lr", T::number, 1e-5, "peak learning rate"),
+      key("optim.lr", T::number, 1e-5, "peak learning rate", false, 0),
       key("optim.betas", T::list, Json::array({0.9, 0.95}), "AdamW betas"),
-      key("optim.weight_decay", T::number, 0.01, "AdamW weight decay"),
-      key("optim.warmup_steps_ratio", T::number, 0.1, "warmup ratio"),
+      key("optim.weight_decay", T::number, 0.01, "AdamW weight decay", false, 0),
+      key("optim.warmup_steps_ratio", T::number, 0.1, "warmup ratio", false, 0),
       key("optim.lr_scheduler", T::string, "cosine", "cosine | constant"),
-      key("optim.clip_grad", T::number, 1.0, "gradient norm clip"),
-      key("trainer.total_epochs", T::integer, 1, "epochs"),
-      key("trainer.total_training_steps", T::integer, kNull, "null: epochs x batches", true),
+      key("optim.clip_grad", T::number, 1.0, "gradient norm clip", false, 0),
+      at_least(1, "trainer.total_epochs", 1, "epochs"),
+      at_least(1, "trainer.total_training_steps", kNull, "null: epochs x batches", true),
       key("trainer.default_local_dir", T::string, "checkpoints/sft", "output model directory"),
       key("trainer.seed", T::integer, 1, "shuffle seed"),
-      key("trainer.test_freq", T::integer, -1, "validation loss every N steps (-1: at the end)"),
+      at_least(-1, "trainer.test_freq", -1, "validation loss every N steps (-1: at the end)"),
       key("trainer.metrics_file", T::string, kNull, "JSONL metrics", true),
   };
   return k;
@@ -243,6 +195,28 @@ const char* type_name(KeyType t) {
   throw ValueError("config key '" + k.name + "': expected " + type_name(k.type) + ", got '" + text + "'");
 }
 
+/// Numbers must be finite, and integers and numbers at least the key's minimum.
+const Json& checked(const ConfigKey& k, const Json& v) {
+  if (k.type == T::number && v.is_number() && !std::isfinite(v.get<double>()))
+    throw ValueError("config key '" + k.name + "': expected a finite number, got " + v.dump());
+  if (!k.minimum.is_null() && v.is_number() && v.get<double>() < k.minimum.get<double>())
+    throw ValueError("config key '" + k.name + "' must be >= " + k.minimum.dump() + ", got " + v.dump());
+  return v;
+}
+
+std::vector<std::string> key_names(const std::vector<ConfigKey>& keys) {
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  for (const auto& k : keys) names.push_back(k.name);
+  return names;
+}
+
+/// "unknown config key 'x'<where>; did you mean 'y'? (see --help for the known keys)".
+KeyError unknown_key(const std::string& name, const std::vector<ConfigKey>& keys, const std::string& where = "") {
+  return KeyError("unknown config key '" + name + "'" + where + did_you_mean(name, key_names(keys)) +
+                  " (see --help for the known keys)");
+}
+
 }  // namespace
 
 const std::vector<ConfigKey>& config_keys(ConfigSchema schema) {
@@ -261,13 +235,15 @@ Json parse_config_value(const ConfigKey& k, const std::string& raw) {
         size_t used = 0;
         const long long v = std::stoll(text, &used);
         if (used != text.size()) bad_value(k, raw);
-        return Json(static_cast<int64_t>(v));
+        return checked(k, Json(static_cast<int64_t>(v)));
       }
       case T::number: {
         size_t used = 0;
         const double v = std::stod(text, &used);
         if (used != text.size()) bad_value(k, raw);
-        return Json(v);
+        if (!std::isfinite(v))
+          throw ValueError("config key '" + k.name + "': expected a finite number, got '" + raw + "'");
+        return checked(k, Json(v));
       }
       case T::boolean:
         if (l == "true" || l == "1" || l == "yes" || l == "on") return Json(true);
@@ -309,7 +285,7 @@ Config::Config(ConfigSchema schema) : schema_(schema) {
 const ConfigKey& Config::key_info(const std::string& name) const {
   for (const auto& k : config_keys(schema_))
     if (k.name == name) return k;
-  throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
+  throw unknown_key(name, config_keys(schema_));
 }
 
 void Config::set(const std::string& name, const std::string& text) {
@@ -322,6 +298,7 @@ void Config::set_json(const std::string& name, const Json& value) {
                   (k.type == T::number && value.is_number()) || (k.type == T::boolean && value.is_boolean()) ||
                   (k.type == T::string && value.is_string()) || (k.type == T::list && value.is_array());
   if (!ok) bad_value(k, value.dump());
+  if (!value.is_null()) checked(k, value);
   for (auto& [n, v] : values_)
     if (n == name) v = (k.type == T::number && !value.is_null()) ? Json(value.get<double>()) : value;
 }
@@ -342,10 +319,14 @@ void Config::load_ini(const std::string& path) {
   try {
     parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/false);
   } catch (const po::unknown_option& e) {
-    throw KeyError("unknown config key '" + e.get_option_name() + "' in " + path);
+    throw unknown_key(e.get_option_name(), config_keys(schema_), " in " + path);
   } catch (const po::error& e) {
     throw ValueError("config file " + path + ": " + e.what());
   }
+  std::set<std::string> given;  // Boost keeps both values of a repeated key: refuse the file instead
+  for (const auto& opt : parsed.options)
+    if (!given.insert(opt.string_key).second)
+      throw ValueError("config key '" + opt.string_key + "' is given twice in " + path);
   for (const auto& opt : parsed.options) {
     if (opt.value.empty()) continue;
     try {
@@ -370,7 +351,7 @@ bool Config::apply_arguments(const std::vector<std::string>& args) {
     std::string name = e.get_option_name();
     while (!name.empty() && name.front() == '-') name.erase(0, 1);
     if (const auto eq = name.find('='); eq != std::string::npos) name.erase(eq);  // Boost keeps "=value"
-    throw KeyError("unknown config key '" + name + "' (see --help for the known keys)");
+    throw unknown_key(name, config_keys(schema_));
   } catch (const po::error& e) {
     throw ValueError(std::string("command line: ") + e.what());
   }

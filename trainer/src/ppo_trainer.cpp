@@ -221,9 +221,9 @@ void PPOTrainer::Impl::setup() {
     roles.emplace_back("critic", WorkerSpec{"CriticWorker", {{"config", cr}}});
   }
   if (use_rm) {
-    nlohmann::json rmc = {{"model", {{"path", c.get_string("reward_model.model.path")}}}};
-    if (!c.is_null("reward_model.micro_batch_size_per_gpu"))
-      rmc["micro_batch_size_per_gpu"] = c.get_int("reward_model.micro_batch_size_per_gpu");
+    // the worker's keys of the section (the reward manager keys are the trainer's)
+    nlohmann::json rmc = c.subtree("reward_model");
+    for (const char* trainer_key : {"enable", "reward_manager", "overlong_buffer"}) rmc.erase(trainer_key);
     roles.emplace_back("rm", WorkerSpec{"RewardModelWorker", {{"config", rmc}}});
   }
   workers::register_workers();

@@ -14,27 +14,48 @@ using detail::require;
 using detail::Section;
 
 const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                                 "seq-mean-token-sum-norm"};
+                                                "seq-mean-token-sum-norm"};
 
 void check_loss_agg_mode(const std::string& mode, const std::string& path) {
   require(std::find(kLossAggModes.begin(), kLossAggModes.end(), mode) != kLossAggModes.end(), path,
           "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", mode);
 }
 
-void check_positive(int64_t v, const std::string& path) { require(v > 0, path, "> 0", v); }
+void check_positive(int64_t v, const std::string& path) {
+  require(v > 0, path, "> 0", v);
+}
 void check_positive(const std::optional<int64_t>& v, const std::string& path) {
   if (v) check_positive(*v, path);
 }
 
-void read_model(Section s, ModelSection& out) {
-  s.read("path", out.path);
-  s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing);
-  s.ignore({"use_remove_padding", "lora_rank", "lora_alpha", "target_modules", "use_fused_kernels", "trust_remote_code",
-            "external_lib", "override_config", "tokenizer_path", "use_shm", "use_liger", "enable_activation_offload",
-            "custom_chat_template", "exclude_modules", "lora_adapter_path", "fused_kernel_options", "input_tokenizer",
-            "fsdp_config", "_target_", "hf_config_path", "load_tokenizer", "use_torch_compile", "dtype"});
+void read_model(Section s, ModelSection& out, const char* path_help) {
+  s.read("path", out.path, {.help = path_help});
+  s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing, {.help = "recompute activations"});
+  s.ignore({"use_remove_padding",
+            "lora_rank",
+            "lora_alpha",
+            "target_modules",
+            "use_fused_kernels",
+            "trust_remote_code",
+            "external_lib",
+            "override_config",
+            "tokenizer_path",
+            "use_shm",
+            "use_liger",
+            "enable_activation_offload",
+            "custom_chat_template",
+            "exclude_modules",
+            "lora_adapter_path",
+            "fused_kernel_options",
+            "input_tokenizer",
+            "fsdp_config",
+            "_target_",
+            "hf_config_path",
+            "load_tokenizer",
+            "use_torch_compile",
+            "dtype"});
   s.finish();
-  require(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
+  if (!s.describing()) require(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
 }
 
 void check_no_lora(const Json& model, const std::string& path) {
@@ -45,34 +66,34 @@ void check_no_lora(const Json& model, const std::string& path) {
 
 void check_sp(Section& s) {
   int64_t sp = 1;
-  s.read("ulysses_sequence_parallel_size", sp);
+  s.read("ulysses_sequence_parallel_size", sp, {.help = "sequence parallelism (hyflow: 1 only)"});
   require(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
 }
 
 void read_optim(Section s, OptimConfig& o) {
-  s.read("lr", o.lr);
-  s.read("weight_decay", o.weight_decay);
-  if (s.has("betas")) {
-    std::vector<double> betas;
-    s.read("betas", betas);
-    require(betas.size() == 2, s.key_path("betas"), "a list of two numbers", betas);
-    o.betas = {betas[0], betas[1]};
-  } else {
-    s.ignore({"betas"});
-  }
-  s.read("eps", o.eps);
-  s.read("lr_warmup_steps", o.lr_warmup_steps);
-  s.read("lr_warmup_steps_ratio", o.lr_warmup_steps_ratio);
-  // verl renamed warmup_style to lr_scheduler_type; both spellings are read.
-  if (s.has("warmup_style")) s.read("warmup_style", o.lr_scheduler_type);
-  else s.ignore({"warmup_style"});
-  s.read("lr_scheduler_type", o.lr_scheduler_type);
-  s.read("min_lr_ratio", o.min_lr_ratio);
-  s.read("num_cycles", o.num_cycles);
-  s.read("total_training_steps", o.total_training_steps);
+  s.read("lr", o.lr, {.help = "learning rate", .minimum = 0});
+  s.read("weight_decay", o.weight_decay, {.help = "AdamW weight decay", .minimum = 0});
+  std::vector<double> betas{o.betas[0], o.betas[1]};
+  s.read("betas", betas, {.help = "AdamW betas"});
+  require(betas.size() == 2, s.key_path("betas"), "a list of two numbers", betas);
+  o.betas = {betas[0], betas[1]};
+  s.read("eps", o.eps, {.help = "AdamW epsilon"});
+  s.read("lr_warmup_steps", o.lr_warmup_steps, {.help = "warmup steps (< 0: use the ratio)", .minimum = -1});
+  s.read("lr_warmup_steps_ratio", o.lr_warmup_steps_ratio, {.help = "warmup steps as a ratio of total steps"});
+  // verl renamed warmup_style to lr_scheduler_type; both spellings are read (the old one is not
+  // in the key table).
+  if (s.has("warmup_style"))
+    s.read("warmup_style", o.lr_scheduler_type);
+  else
+    s.ignore({"warmup_style"});
+  s.read("lr_scheduler_type", o.lr_scheduler_type, {.help = "constant | cosine"});
+  s.read("min_lr_ratio", o.min_lr_ratio, {.help = "cosine floor"});
+  s.read("num_cycles", o.num_cycles, {.help = "cosine cycles"});
+  s.read("total_training_steps", o.total_training_steps, {.set_by_trainer = true});
   s.ignore({"clip_grad", "optimizer", "optimizer_impl", "override_optimizer_config", "_target_", "weight_decay_incr",
             "lr_scheduler_kwargs", "zero_indexed_step"});
   s.finish();
+  if (s.describing()) return;
   require(o.lr >= 0, s.key_path("lr"), ">= 0", o.lr);
   require(o.weight_decay >= 0, s.key_path("weight_decay"), ">= 0", o.weight_decay);
   for (double b : o.betas) require(b >= 0 && b < 1, s.key_path("betas"), "two numbers in [0, 1)", o.betas);
@@ -88,10 +109,19 @@ void read_optim(Section s, OptimConfig& o) {
   (void)o.resolved_warmup_steps(s.key_path("lr_warmup_steps_ratio"));
 }
 
-void read_forward(Section& s, ForwardBatching& f, const char* micro_key, const char* dyn_key, const char* max_key) {
-  s.read(micro_key, f.micro_batch_size_per_gpu);
-  s.read(dyn_key, f.use_dynamic_bsz);
-  s.read(max_key, f.max_token_len_per_gpu);
+/// `inherit_from`: where unset dynamic-batching keys take their values ("the actor's"; the
+/// table lists them as null); nullptr: the section's own defaults.
+void read_forward(Section& s, ForwardBatching& f, const char* micro_key, const char* dyn_key, const char* max_key,
+                  const char* inherit_from) {
+  const bool inherit = inherit_from != nullptr;
+  const std::string from = inherit ? inherit_from : "";
+  const std::string micro_help =
+      "rows per micro-batch (null: " + (inherit ? from : std::string("the whole chunk at once")) + ")";
+  const std::string dyn_help = "token-budget micro-batches" + (inherit ? " (null: " + from + ")" : std::string());
+  const std::string max_help = "token budget per micro-batch" + (inherit ? " (null: " + from + ")" : std::string());
+  s.read(micro_key, f.micro_batch_size_per_gpu, {.help = micro_help.c_str(), .minimum = 1});
+  s.read(dyn_key, f.use_dynamic_bsz, {.help = dyn_help.c_str(), .null_default = inherit});
+  s.read(max_key, f.max_token_len_per_gpu, {.help = max_help.c_str(), .null_default = inherit, .minimum = 1});
   check_positive(f.micro_batch_size_per_gpu, s.key_path(micro_key));
   check_positive(f.max_token_len_per_gpu, s.key_path(max_key));
 }
@@ -106,40 +136,45 @@ void check_kl_type(const std::string& type, const std::string& path) {
 }
 
 void read_actor(Section s, ActorSection& a) {
-  s.read("ppo_mini_batch_size", a.ppo_mini_batch_size);
-  s.read("ppo_micro_batch_size_per_gpu", a.ppo_micro_batch_size_per_gpu);
-  s.read("use_dynamic_bsz", a.use_dynamic_bsz);
-  s.read("ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu);
-  s.read("ppo_epochs", a.ppo_epochs);
-  s.read("entropy_coeff", a.entropy_coeff);
-  s.read("calculate_entropy", a.calculate_entropy);
-  s.read("use_kl_loss", a.use_kl_loss);
-  s.read("kl_loss_coef", a.kl_loss_coef);
-  s.read("kl_loss_type", a.kl_loss_type);
-  s.read("grad_clip", a.grad_clip);
+  s.read("ppo_mini_batch_size", a.ppo_mini_batch_size, {.help = "prompts per mini-batch", .minimum = 1});
+  s.read("ppo_micro_batch_size_per_gpu", a.ppo_micro_batch_size_per_gpu,
+         {.help = "rows per micro-batch (null: one per mini-batch)", .minimum = 1});
+  s.read("use_dynamic_bsz", a.use_dynamic_bsz, {.help = "token-budget micro-batches"});
+  s.read("ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu,
+         {.help = "token budget per micro-batch", .minimum = 1});
+  s.read("ppo_epochs", a.ppo_epochs, {.help = "passes over the batch", .minimum = 1});
+  s.read("entropy_coeff", a.entropy_coeff, {.help = "entropy bonus"});
+  s.read("calculate_entropy", a.calculate_entropy, {.help = "log actor/entropy even when entropy_coeff is 0"});
+  s.read("use_kl_loss", a.use_kl_loss, {.help = "KL to the reference as a loss"});
+  s.read("kl_loss_coef", a.kl_loss_coef, {.help = "KL loss coefficient"});
+  s.read("kl_loss_type", a.kl_loss_type, {.help = "KL estimator of the loss"});
+  s.read("grad_clip", a.grad_clip, {.help = "gradient norm clip"});
   auto& l = a.loss;
-  s.read("clip_ratio", l.clip_ratio);
-  s.read("clip_ratio_low", l.clip_ratio_low);
-  s.read("clip_ratio_high", l.clip_ratio_high);
-  s.read("clip_ratio_c", l.clip_ratio_c);
-  s.read("loss_agg_mode", l.loss_agg_mode);
-  s.read("loss_scale_factor", l.loss_scale_factor);
-  s.read("tau_pos", l.tau_pos);
-  s.read("tau_neg", l.tau_neg);
+  s.read("clip_ratio", l.clip_ratio, {.help = "PPO clip", .minimum = 0});
+  s.read("clip_ratio_low", l.clip_ratio_low, {.help = "PPO lower clip"});
+  s.read("clip_ratio_high", l.clip_ratio_high, {.help = "PPO upper clip"});
+  s.read("clip_ratio_c", l.clip_ratio_c, {.help = "dual clip"});
+  s.read("loss_agg_mode", l.loss_agg_mode, {.help = "loss aggregation"});
+  s.read("loss_scale_factor", l.loss_scale_factor,
+         {.help = "seq-mean-token-sum-norm divisor (null: the response length)"});
+  s.read("tau_pos", l.tau_pos, {.help = "SAPO: temperature for positive advantages"});
+  s.read("tau_neg", l.tau_neg, {.help = "SAPO: temperature for negative advantages"});
   {
     Section p = s.sub("policy_loss");
-    p.read("loss_mode", l.policy_loss.loss_mode);
-    p.read("clip_cov_ratio", l.policy_loss.clip_cov_ratio);
-    p.read("clip_cov_lb", l.policy_loss.clip_cov_lb);
-    p.read("clip_cov_ub", l.policy_loss.clip_cov_ub);
-    p.read("kl_cov_ratio", l.policy_loss.kl_cov_ratio);
-    p.read("ppo_kl_coef", l.policy_loss.ppo_kl_coef);
+    p.read("loss_mode", l.policy_loss.loss_mode, {.help = "policy loss"});
+    p.read("clip_cov_ratio", l.policy_loss.clip_cov_ratio, {.help = "clip_cov: ratio of tokens clipped"});
+    p.read("clip_cov_lb", l.policy_loss.clip_cov_lb, {.help = "clip_cov: covariance lower bound"});
+    p.read("clip_cov_ub", l.policy_loss.clip_cov_ub, {.help = "clip_cov: covariance upper bound"});
+    p.read("kl_cov_ratio", l.policy_loss.kl_cov_ratio, {.help = "kl_cov: ratio of tokens penalized"});
+    p.read("ppo_kl_coef", l.policy_loss.ppo_kl_coef, {.help = "kl_cov: KL coefficient"});
     p.ignore({"_target_"});
     p.finish();
-    try {
-      (void)algos::core_algos::get_policy_loss_fn(l.policy_loss.loss_mode);
-    } catch (const Error& e) {
-      throw ValueError("config key '" + p.key_path("loss_mode") + "': " + e.what());
+    if (!s.describing()) {
+      try {
+        (void)algos::core_algos::get_policy_loss_fn(l.policy_loss.loss_mode);
+      } catch (const Error& e) {
+        throw ValueError("config key '" + p.key_path("loss_mode") + "': " + e.what());
+      }
     }
   }
   read_optim(s.sub("optim"), a.optim);
@@ -172,6 +207,7 @@ void read_actor(Section s, ActorSection& a) {
             "use_rollout_log_probs",
             "freeze_vision_tower"});
   s.finish();
+  if (s.describing()) return;
   check_positive(a.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
   check_positive(a.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
   check_positive(a.ppo_max_token_len_per_gpu, s.key_path("ppo_max_token_len_per_gpu"));
@@ -184,43 +220,82 @@ void read_actor(Section s, ActorSection& a) {
 }
 
 void read_val_kwargs(Section s, ValKwargs& v) {
-  s.read("n", v.n);
-  s.read("do_sample", v.do_sample);
-  s.read("temperature", v.temperature);
-  s.read("top_k", v.top_k);
-  s.read("top_p", v.top_p);
+  s.read("n", v.n, {.help = "validation samples per prompt", .minimum = 1});
+  s.read("do_sample", v.do_sample, {.help = "validation sampling"});
+  s.read("temperature", v.temperature, {.help = "validation temperature", .minimum = 0});
+  s.read("top_k", v.top_k, {.help = "validation top-k (-1: off)", .minimum = -1});
+  s.read("top_p", v.top_p, {.help = "validation top-p"});
   s.ignore({"_target_"});
   s.finish();
   check_positive(v.n, s.key_path("n"));
 }
 
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
-  s.read("n", r.n);
-  s.read("temperature", r.temperature);
-  s.read("top_k", r.top_k);
-  s.read("top_p", r.top_p);
-  s.read("min_p", r.min_p);
-  s.read("do_sample", r.do_sample);
-  s.read("prompt_length", r.prompt_length);
-  s.read("response_length", r.response_length);
-  s.read("calculate_log_probs", r.calculate_log_probs);
-  s.read("seed", r.seed);
+  s.read("n", r.n, {.help = "samples per prompt", .minimum = 1});
+  s.read("temperature", r.temperature, {.help = "sampling temperature", .minimum = 0});
+  s.read("top_k", r.top_k, {.help = "top-k (-1: off)", .minimum = -1});
+  s.read("top_p", r.top_p, {.help = "top-p"});
+  s.read("min_p", r.min_p, {.help = "min-p: drop tokens below min_p x the top probability (0: off)"});
+  s.read("do_sample", r.do_sample, {.help = "sample (else greedy)"});
+  s.read("prompt_length", r.prompt_length,
+         {.help = "prompt tokens (null: data.max_prompt_length)", .null_default = true, .minimum = 1});
+  s.read("response_length", r.response_length,
+         {.help = "response tokens (null: data.max_response_length)", .null_default = true, .minimum = 1});
+  s.read("calculate_log_probs", r.calculate_log_probs, {.help = "return rollout_log_probs"});
+  s.read("seed", r.seed, {.set_by_trainer = true});  // trainer.seed; rank r samples with seed + r
   read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
   r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
   read_forward(s, r.log_prob, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
-               "log_prob_max_token_len_per_gpu");
-  s.ignore({"name", "mode", "tensor_model_parallel_size", "data_parallel_size", "expert_parallel_size",
-            "pipeline_model_parallel_size", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
-            "max_model_len", "free_cache_engine", "enforce_eager", "cudagraph_capture_sizes", "load_format",
-            "layered_summon", "dtype", "ignore_eos", "enable_chunked_prefill", "enable_prefix_caching",
-            "disable_log_stats", "log_prob_micro_batch_size", "multi_turn", "agent", "engine_kwargs", "trace",
-            "profiler", "over_sample_rate", "skip_rollout", "skip_dump_dir",
-            "update_weights_bucket_megabytes", "layer_name_map", "_target_", "multi_stage_wake_up", "custom",
-            "enable_rollout_routing_replay", "skip_tokenizer_init", "limit_images", "repetition_penalty",
-            "checkpoint_engine", "quantization", "mtp", "prometheus", "server", "nnodes", "n_gpus_per_node",
+               "log_prob_max_token_len_per_gpu", "the actor's");
+  s.ignore({"name",
+            "mode",
+            "tensor_model_parallel_size",
+            "data_parallel_size",
+            "expert_parallel_size",
+            "pipeline_model_parallel_size",
+            "gpu_memory_utilization",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "max_model_len",
+            "free_cache_engine",
+            "enforce_eager",
+            "cudagraph_capture_sizes",
+            "load_format",
+            "layered_summon",
+            "dtype",
+            "ignore_eos",
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
+            "disable_log_stats",
+            "log_prob_micro_batch_size",
+            "multi_turn",
+            "agent",
+            "engine_kwargs",
+            "trace",
+            "profiler",
+            "over_sample_rate",
+            "skip_rollout",
+            "skip_dump_dir",
+            "update_weights_bucket_megabytes",
+            "layer_name_map",
+            "_target_",
+            "multi_stage_wake_up",
+            "custom",
+            "enable_rollout_routing_replay",
+            "skip_tokenizer_init",
+            "limit_images",
+            "repetition_penalty",
+            "checkpoint_engine",
+            "quantization",
+            "mtp",
+            "prometheus",
+            "server",
+            "nnodes",
+            "n_gpus_per_node",
             "async_rollout"});
   s.finish();
+  if (s.describing()) return;
   check_positive(r.n, s.key_path("n"));
   check_positive(r.response_length, s.key_path("response_length"));
   require(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
@@ -230,7 +305,6 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
 }
 
 }  // namespace
-
 
 Role parse_role(const std::string& role) {
   if (role == "actor") return Role::actor;
@@ -244,24 +318,34 @@ Role parse_role(const std::string& role) {
 
 const char* to_string(Role role) {
   switch (role) {
-    case Role::actor: return "actor";
-    case Role::rollout: return "rollout";
-    case Role::ref: return "ref";
-    case Role::actor_rollout: return "actor_rollout";
-    case Role::actor_rollout_ref: return "actor_rollout_ref";
+    case Role::actor:
+      return "actor";
+    case Role::rollout:
+      return "rollout";
+    case Role::ref:
+      return "ref";
+    case Role::actor_rollout:
+      return "actor_rollout";
+    case Role::actor_rollout_ref:
+      return "actor_rollout_ref";
   }
   return "?";
 }
 
-bool has_actor(Role r) { return r == Role::actor || r == Role::actor_rollout || r == Role::actor_rollout_ref; }
-bool has_rollout(Role r) { return r == Role::rollout || r == Role::actor_rollout || r == Role::actor_rollout_ref; }
-bool has_ref(Role r) { return r == Role::ref || r == Role::actor_rollout_ref; }
+bool has_actor(Role r) {
+  return r == Role::actor || r == Role::actor_rollout || r == Role::actor_rollout_ref;
+}
+bool has_rollout(Role r) {
+  return r == Role::rollout || r == Role::actor_rollout || r == Role::actor_rollout_ref;
+}
+bool has_ref(Role r) {
+  return r == Role::ref || r == Role::actor_rollout_ref;
+}
 
-ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
-  ActorRolloutRefConfig c;
-  Section s(json, "actor_rollout_ref");
-  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "actor_rollout_ref.model");
-  read_model(s.sub("model"), c.model);
+namespace {
+
+void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
+  read_model(s.sub("model"), c.model, "model directory (Hugging Face format)");
   read_actor(s.sub("actor"), c.actor);
   read_rollout(s.sub("rollout"), c.rollout, c.actor);
   {
@@ -269,7 +353,7 @@ ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
     c.ref.use_dynamic_bsz = c.actor.use_dynamic_bsz;
     c.ref.max_token_len_per_gpu = c.actor.ppo_max_token_len_per_gpu;
     read_forward(r, c.ref, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
-                 "log_prob_max_token_len_per_gpu");
+                 "log_prob_max_token_len_per_gpu", "the actor's");
     check_sp(r);
     r.ignore({"strategy", "fsdp_config", "log_prob_micro_batch_size", "use_torch_compile", "profiler",
               "entropy_checkpointing", "entropy_from_logits_with_chunking", "_target_", "model", "megatron",
@@ -278,35 +362,39 @@ ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
   }
   s.ignore({"hybrid_engine", "nccl_timeout", "_target_"});
   s.finish();
-  return c;
 }
 
-CriticConfig parse_critic_config(const Json& json) {
-  CriticConfig c;
-  c.optim.lr = 1e-5;
-  Section s(json, "critic");
-  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "critic.model");
-  read_model(s.sub("model"), c.model);
+void read_critic(Section s, CriticConfig& c) {
+  c.optim.lr = 1e-5;  // verl's critic default
+  read_model(s.sub("model"), c.model, "value model directory (empty: the actor's)");
   read_optim(s.sub("optim"), c.optim);
-  s.read("ppo_mini_batch_size", c.ppo_mini_batch_size);
-  s.read("ppo_micro_batch_size_per_gpu", c.ppo_micro_batch_size_per_gpu);
-  s.read("use_dynamic_bsz", c.use_dynamic_bsz);
-  s.read("ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu);
+  s.read("ppo_mini_batch_size", c.ppo_mini_batch_size,
+         {.help = "prompts per mini-batch (null: the actor's)", .null_default = true, .minimum = 1});
+  s.read("ppo_micro_batch_size_per_gpu", c.ppo_micro_batch_size_per_gpu,
+         {.help = "rows per micro-batch (null: the actor's)", .minimum = 1});
+  s.read("use_dynamic_bsz", c.use_dynamic_bsz, {.help = "token-budget micro-batches"});
+  s.read("ppo_max_token_len_per_gpu", c.ppo_max_token_len_per_gpu, {.help = "token budget", .minimum = 1});
   c.forward.micro_batch_size_per_gpu = c.ppo_micro_batch_size_per_gpu;
   c.forward.use_dynamic_bsz = c.use_dynamic_bsz;
   c.forward.max_token_len_per_gpu = c.ppo_max_token_len_per_gpu;
-  s.read("forward_micro_batch_size_per_gpu", c.forward.micro_batch_size_per_gpu);
-  s.read("forward_max_token_len_per_gpu", c.forward.max_token_len_per_gpu);
-  s.read("ppo_epochs", c.ppo_epochs);
-  s.read("cliprange_value", c.cliprange_value);
-  s.read("loss_agg_mode", c.loss_agg_mode);
-  s.read("grad_clip", c.grad_clip);
-  s.read("rollout_n", c.rollout_n);
+  s.read("forward_micro_batch_size_per_gpu", c.forward.micro_batch_size_per_gpu,
+         {.help = "rows per forward micro-batch (null: ppo_micro_batch_size_per_gpu)", .minimum = 1});
+  s.read("forward_max_token_len_per_gpu", c.forward.max_token_len_per_gpu,
+         {.help = "token budget of a forward micro-batch (null: ppo_max_token_len_per_gpu)",
+          .null_default = true,
+          .minimum = 1});
+  s.read("ppo_epochs", c.ppo_epochs,
+         {.help = "passes over the batch (null: the actor's)", .null_default = true, .minimum = 1});
+  s.read("cliprange_value", c.cliprange_value, {.help = "value clip", .minimum = 0});
+  s.read("loss_agg_mode", c.loss_agg_mode, {.help = "loss aggregation (null: the actor's)", .null_default = true});
+  s.read("grad_clip", c.grad_clip, {.help = "gradient norm clip"});
+  s.read("rollout_n", c.rollout_n, {.set_by_trainer = true});  // actor_rollout_ref.rollout.n
   check_sp(s);
   s.ignore({"shuffle", "data_loader_seed", "enable", "strategy", "ppo_micro_batch_size", "forward_micro_batch_size",
             "checkpoint", "profiler", "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout",
             "engine", "loss_scale_factor"});
   s.finish();
+  if (s.describing()) return;
   check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
   check_positive(c.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
   check_positive(c.forward.micro_batch_size_per_gpu, s.key_path("forward_micro_batch_size_per_gpu"));
@@ -317,21 +405,50 @@ CriticConfig parse_critic_config(const Json& json) {
   require(c.cliprange_value >= 0, s.key_path("cliprange_value"), ">= 0", c.cliprange_value);
   require(c.grad_clip > 0, s.key_path("grad_clip"), "> 0", c.grad_clip);
   check_loss_agg_mode(c.loss_agg_mode, s.key_path("loss_agg_mode"));
-  return c;
 }
 
-RewardModelConfig parse_reward_model_config(const Json& json) {
-  RewardModelConfig c;
-  Section s(json, "reward_model");
-  read_model(s.sub("model"), c.model);
-  read_forward(s, c.forward, "micro_batch_size_per_gpu", "use_dynamic_bsz", "forward_max_token_len_per_gpu");
+void read_reward_model(Section s, RewardModelConfig& c) {
+  read_model(s.sub("model"), c.model, "reward model directory");
+  read_forward(s, c.forward, "micro_batch_size_per_gpu", "use_dynamic_bsz", "forward_max_token_len_per_gpu", nullptr);
   check_sp(s);
   s.ignore({"enable", "enable_resource_pool", "n_gpus_per_node", "nnodes", "strategy", "micro_batch_size", "max_length",
             "reward_manager", "launch_reward_fn_async", "sandbox_fusion", "use_reward_loop", "reward_kwargs",
             "profiler", "_target_", "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name",
             "num_workers", "rollout"});
   s.finish();
+}
+
+}  // namespace
+
+ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
+  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "actor_rollout_ref.model");
+  ActorRolloutRefConfig c;
+  read_actor_rollout_ref(Section(json, "actor_rollout_ref"), c);
   return c;
+}
+
+CriticConfig parse_critic_config(const Json& json) {
+  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "critic.model");
+  CriticConfig c;
+  read_critic(Section(json, "critic"), c);
+  return c;
+}
+
+RewardModelConfig parse_reward_model_config(const Json& json) {
+  RewardModelConfig c;
+  read_reward_model(Section(json, "reward_model"), c);
+  return c;
+}
+
+std::vector<ConfigKey> worker_config_keys() {
+  std::vector<ConfigKey> keys;
+  ActorRolloutRefConfig arr;
+  read_actor_rollout_ref(Section(Json(), "actor_rollout_ref", &keys), arr);
+  CriticConfig critic;
+  read_critic(Section(Json(), "critic", &keys), critic);
+  RewardModelConfig rm;
+  read_reward_model(Section(Json(), "reward_model", &keys), rm);
+  return keys;
 }
 
 }  // namespace hyflow::workers

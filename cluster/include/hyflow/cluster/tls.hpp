@@ -24,8 +24,7 @@ struct TlsFiles {
 /// spell them (e.g. {"--tls-cert", "--tls-key", "--tls-ca"}); each file must be readable PEM
 /// of its kind (certificate, private key, CA certificate) and the key must belong to the
 /// certificate, else a ValueError naming the file. True when TLS is on (the set is complete).
-bool check_tls_files(const TlsFiles& files,
-                     const std::vector<std::string>& names = {"tls_cert", "tls_key", "tls_ca"});
+bool check_tls_files(const TlsFiles& files, const std::vector<std::string>& names = {"tls_cert", "tls_key", "tls_ca"});
 
 /// `options` whose actor system loads CAF's openssl module with `files` (checked first with
 /// check_tls_files). An empty set returns `options` unchanged; a set without

@@ -1,8 +1,13 @@
 #pragma once
-// Trainer configuration with verl's key names: a table of known keys with types and defaults,
-// INI files ("[actor_rollout_ref.actor]" sections) and "--key=value" overrides read by
+// Trainer configuration with verl's key names: a table of known keys with types, defaults and
+// bounds (the trainer's own sections plus the role workers' declarations, each key declared
+// once), INI files ("[actor_rollout_ref.actor]" sections) and "--key=value" overrides read by
 // Boost.ProgramOptions, and the resulting JSON tree whose subtrees are handed to the workers.
-// Unknown keys and values of the wrong type are hyflow::KeyError / ValueError naming the key.
+// Unknown keys (with the closest known key suggested), values of the wrong type, non-finite
+// numbers, values below a key's minimum and a key given twice in one INI file are
+// hyflow::KeyError / ValueError naming the key.
+
+#include <hyflow/core/config_key.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -14,23 +19,14 @@ namespace hyflow::trainer {
 
 using Json = nlohmann::json;
 
-/// Value kinds a key accepts. Nullable keys also take "null" / "none" / "~".
-enum class KeyType { integer, number, boolean, string, list };
-
-/// One known key: full dotted name, type, default (JSON, may be null) and a help line.
-struct ConfigKey {
-  std::string name;
-  KeyType type;
-  Json default_value;
-  std::string help;
-  bool nullable = false;
-};
+// KeyType and ConfigKey: hyflow/core/config_key.hpp.
 
 /// Which key table a program uses.
 enum class ConfigSchema { ppo, sft };
 
 /// The keys of a schema with verl's defaults (PPO: verl-reference §6 plus hyflow's
-/// data.synthetic.* and trainer.metrics_file; SFT: verl's sft_trainer keys).
+/// data.synthetic.* and trainer.metrics_file, with workers::worker_config_keys for the
+/// actor_rollout_ref, critic and reward_model sections; SFT: verl's sft_trainer keys).
 const std::vector<ConfigKey>& config_keys(ConfigSchema schema);
 
 class Config {

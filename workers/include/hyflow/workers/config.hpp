@@ -6,6 +6,7 @@
 // the full key path ("actor_rollout_ref.actor.ppo_epochs").
 
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/core/config_key.hpp>
 #include <hyflow/parallel/optim_config.hpp>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hyflow::workers {
 
@@ -119,5 +121,12 @@ bool has_ref(Role role);
 ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json);
 CriticConfig parse_critic_config(const Json& json);
 RewardModelConfig parse_reward_model_config(const Json& json);
+
+/// The keys the three parsers read (actor_rollout_ref.*, critic.*, reward_model.*) with their
+/// types, defaults (the structs' values, or null where the trainer fills the key) and help
+/// lines, declared by the read calls themselves (src/config_reader.hpp). The trainer's key
+/// table, --help and parsing are built from this list, so every key a worker reads is a key
+/// every app accepts. Keys the trainer sets itself (schedule length, seeds) are not listed.
+std::vector<ConfigKey> worker_config_keys();
 
 }  // namespace hyflow::workers
