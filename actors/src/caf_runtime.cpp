@@ -22,7 +22,7 @@
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::detail::PendingCall>)  // in-process only
 
-namespace hyflow::detail {
+namespace hyflow::actors::detail {
 
 using caf_protocol::call_atom;
 using caf_protocol::errc;
@@ -488,9 +488,9 @@ class InProcessLauncher : public WorkerLauncher {
 };
 }  // namespace
 
-}  // namespace hyflow::detail
+}  // namespace hyflow::actors::detail
 
-namespace hyflow::caf_protocol {
+namespace hyflow::actors::caf_protocol {
 
 void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DataProto>("hyflow::DataProto");
@@ -512,9 +512,9 @@ WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env) {
 
 caf::actor_system& system_of(Runtime& runtime) { return runtime.core_->system; }
 
-}  // namespace hyflow::caf_protocol
+}  // namespace hyflow::actors::caf_protocol
 
-namespace hyflow {
+namespace hyflow::actors {
 
 Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::RuntimeCore>(options)) {
   register_colocated_worker_type();
@@ -550,4 +550,4 @@ std::shared_ptr<detail::Transport> Runtime::connect(std::vector<WorkerRef> worke
   return std::make_shared<detail::CafTransport>(core_, core_->system, std::move(workers), owns_workers);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

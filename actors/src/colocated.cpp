@@ -1,6 +1,6 @@
 #include <hyflow/actors/colocated.hpp>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 WorkerSpec colocated_spec(const std::vector<std::pair<std::string, WorkerSpec>>& roles) {
   if (roles.empty()) throw ValueError("colocated_spec: no roles");
@@ -89,4 +89,4 @@ void register_colocated_worker_type() {
       typeid(ColocatedWorker), nullptr);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

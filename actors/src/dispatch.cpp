@@ -5,7 +5,7 @@
 #include <map>
 #include <numeric>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 namespace dispatch_fns {
 
@@ -267,4 +267,4 @@ std::shared_ptr<const DispatchFns> make_nd_compute_dataproto_dispatch_fn(const s
 void set_auto_padding(bool enabled) { auto_padding_flag().store(enabled); }
 bool auto_padding_enabled() { return auto_padding_flag().load(); }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -1,6 +1,6 @@
 #include <hyflow/actors/method_table.hpp>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 const MethodEntry* MethodTableBase::find(const std::string& name) const {
   auto it = entries_.find(name);
@@ -28,4 +28,4 @@ void check_arity(const std::string& method, size_t expected, size_t got) {
 }
 }  // namespace detail
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -3,7 +3,7 @@
 
 #include <mutex>
 
-namespace hyflow {
+namespace hyflow::actors {
 namespace {
 struct Slot {
   std::mutex mutex;
@@ -27,4 +27,4 @@ void set_payload_transfer(std::shared_ptr<PayloadTransfer> transfer) {
   s.transfer = std::move(transfer);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

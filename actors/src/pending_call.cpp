@@ -1,6 +1,6 @@
 #include <hyflow/actors/detail/pending_call.hpp>
 
-namespace hyflow::detail {
+namespace hyflow::actors::detail {
 
 PendingCall::PendingCall(std::string m, std::vector<int> r, std::vector<std::vector<Value>> a, int ws)
     : method(std::move(m)), ranks(std::move(r)), args(std::move(a)), world_size(ws),
@@ -136,4 +136,4 @@ std::vector<double> PendingCall::answer_us() const {
   return out;
 }
 
-}  // namespace hyflow::detail
+}  // namespace hyflow::actors::detail

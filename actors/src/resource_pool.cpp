@@ -4,7 +4,7 @@
 #include <functional>
 #include <numeric>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 namespace {
 std::string list_str(const std::vector<int>& v) {
@@ -131,4 +131,4 @@ void ResourcePoolManager::check_resources(const std::vector<int>& available_per_
   }
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -1,6 +1,6 @@
 #include <hyflow/actors/value.hpp>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 struct ValueFuture::State {
   std::shared_future<Value> future;
@@ -71,4 +71,4 @@ std::string Value::kind() const {
   return std::visit(Visitor{}, storage_);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -2,7 +2,7 @@
 #include <hyflow/actors/worker_registry.hpp>
 #include <hyflow/core/named_registry.hpp>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 Json WorkerEnv::to_json() const {
   return Json{{"RANK", rank},
@@ -94,4 +94,4 @@ DataProto Worker::execute_with_func_generator(const std::string& function, DataP
   return worker_functions().get(function)(*this, std::move(data));
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -6,7 +6,7 @@
 
 #include <iostream>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 namespace detail {
 
@@ -266,4 +266,4 @@ void WorkerGroup::kill_worker(int rank) {
 
 bool WorkerGroup::alive(int rank) const { return view_->core->transport->alive(rank); }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -2,7 +2,7 @@
 
 #include <hyflow/core/named_registry.hpp>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 WorkerSpec WorkerSpec::from_json(const Json& j) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
@@ -44,4 +44,4 @@ std::shared_ptr<const MethodTableBase> worker_methods(const std::string& name) {
   return worker_types().get(name).table;
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -7,7 +7,7 @@
 namespace hyflow::cluster {
 namespace {
 
-class DataPlaneTransfer final : public PayloadTransfer {
+class DataPlaneTransfer final : public actors::PayloadTransfer {
  public:
   bool in_use(bool caf_uses_tls) const override { return data_plane_in_use(caf_uses_tls); }
 
@@ -40,7 +40,7 @@ class DataPlaneTransfer final : public PayloadTransfer {
 
 void install_data_plane() {
   static std::once_flag once;
-  std::call_once(once, [] { set_payload_transfer(std::make_shared<DataPlaneTransfer>()); });
+  std::call_once(once, [] { actors::set_payload_transfer(std::make_shared<DataPlaneTransfer>()); });
 }
 
 }  // namespace hyflow::cluster

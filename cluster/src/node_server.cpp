@@ -122,7 +122,7 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
       [=](detail::spawn_atom, uint64_t id, const std::string& name) -> caf::result<caf::actor> {
         Session* s = session_of(id, "spawn");
         if (!s) return detail::node_error("not authenticated: this node requires the shared secret (--secret-file)");
-        auto w = caf::actor_cast<caf::actor>(caf_protocol::spawn_worker(self->system()));
+        auto w = caf::actor_cast<caf::actor>(actors::caf_protocol::spawn_worker(self->system()));
         self->monitor(w);
         s->workers.push_back(w);
         self->state.worker_names[w.address()] = name;
@@ -140,7 +140,7 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
 
 struct NodeConfig : caf::actor_system_config {
   explicit NodeConfig(const NodeOptions& o) {
-    caf_protocol::register_types(*this);
+    actors::caf_protocol::register_types(*this);
     // BASP decodes incoming messages on the I/O thread instead of handing each one to a worker
     // job on the (polling) scheduler: ~150 us less per remote call (bench/cluster); large
     // DataProtos use the data plane. Not on controllers: there ~actor_system then hung now and
@@ -177,7 +177,7 @@ std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
 }  // namespace
 
 NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
-  register_colocated_worker_type();  // WorkerDict bundles of the registered roles
+  actors::register_colocated_worker_type();  // WorkerDict bundles of the registered roles
   install_data_plane();              // large DataProtos of the hosted workers' results
   DataPlaneOptions plane;            // the data plane listens where the node does, unless told otherwise
   plane.bind = options.bind;

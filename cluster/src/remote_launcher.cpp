@@ -88,7 +88,7 @@ struct RemoteLauncher::Impl {
 };
 
 std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, ClusterOptions options) {
-  auto& sys = caf_protocol::system_of(runtime);
+  auto& sys = actors::caf_protocol::system_of(runtime);
   if (!sys.has_middleman())
     throw ValueError("RemoteLauncher: the Runtime has no networking; create it with RuntimeOptions{.network = true}");
   if (options.nodes.empty()) throw ValueError("RemoteLauncher: cluster.nodes is empty");
@@ -162,7 +162,7 @@ ResourcePool RemoteLauncher::pool(std::vector<int> process_on_nodes, bool use_gp
   return ResourcePool(std::move(process_on_nodes), 10, use_gpu ? max_gpus : 8, use_gpu);
 }
 
-std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) {
+std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) {
   auto& im = *impl_;
   auto& sys = im.sys;
   if (envs.empty()) return {};
@@ -218,13 +218,13 @@ std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std:
                       });
   if (!failure.empty()) fail(failure);
   const std::string spec_json = spec.to_json().dump();
-  std::vector<caf_protocol::worker_actor> workers;
-  for (auto& a : spawned) workers.push_back(caf::actor_cast<caf_protocol::worker_actor>(a));
+  std::vector<actors::caf_protocol::worker_actor> workers;
+  for (auto& a : spawned) workers.push_back(caf::actor_cast<actors::caf_protocol::worker_actor>(a));
   using init_handle =
-      decltype(self->request(workers[0], caf::infinite, caf_protocol::init_atom::value, spec_json, spec_json));
+      decltype(self->request(workers[0], caf::infinite, actors::caf_protocol::init_atom::value, spec_json, spec_json));
   std::vector<init_handle> inits;
   for (size_t i = 0; i < workers.size(); ++i)
-    inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout}, caf_protocol::init_atom::value,
+    inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout}, actors::caf_protocol::init_atom::value,
                                   spec_json, placed[i].to_json().dump()));
   int failed_rank = -1;
   for (size_t i = 0; i < inits.size(); ++i)
@@ -240,8 +240,8 @@ std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std:
     for (auto& a : spawned) self->send_exit(a, caf::exit_reason::user_shutdown);
     throw CallError("__init__", failed_rank, failure, failure);
   }
-  std::vector<WorkerRef> out;
-  for (size_t i = 0; i < workers.size(); ++i) out.push_back(caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
+  std::vector<actors::WorkerRef> out;
+  for (size_t i = 0; i < workers.size(); ++i) out.push_back(actors::caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
   return out;
 }
 

@@ -333,7 +333,7 @@ TEST_CASE("a controller speaking another protocol version gets a clear error, no
   test::NodeProcess node;
   auto rt = test::network_runtime();
   {
-    auto& sys = caf_protocol::system_of(*rt);
+    auto& sys = actors::caf_protocol::system_of(*rt);
     auto manager = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(node.port()));
     REQUIRE(manager);
     caf::scoped_actor self{sys};

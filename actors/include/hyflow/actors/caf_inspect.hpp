@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 inline caf::error inspect(caf::serializer& f, Value& x) {
   auto tag = static_cast<uint8_t>(x.storage().index());
@@ -87,4 +87,4 @@ inspect(Inspector& f, Value& x) {
   return f(caf::meta::type_name("hyflow::Value"), kind);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

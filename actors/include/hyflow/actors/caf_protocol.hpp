@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow::caf_protocol {
+namespace hyflow::actors::caf_protocol {
 
 using init_atom = caf::atom_constant<caf::atom("hf_init")>;
 using call_atom = caf::atom_constant<caf::atom("hf_call")>;
@@ -46,4 +46,4 @@ WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env);
 /// The actor system a Runtime runs on.
 caf::actor_system& system_of(Runtime& runtime);
 
-}  // namespace hyflow::caf_protocol
+}  // namespace hyflow::actors::caf_protocol

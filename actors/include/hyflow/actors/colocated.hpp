@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// Registered type name of colocated bundles.
 inline constexpr const char* kColocatedWorkerType = "hyflow::Colocated";
@@ -47,4 +47,9 @@ inline constexpr const char* kFusedExecuteMethod = "fused_execute";
 /// Registers the colocated type (done by Runtime; idempotent).
 void register_colocated_worker_type();
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::colocated_spec;
 }  // namespace hyflow

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// What a dispatch or collect function may ask of the group it runs for.
 class DispatchContext {
@@ -93,4 +93,15 @@ Value collect_concat(DispatchContext& ctx, std::vector<Value> outputs);
 int64_t padding_for(int64_t rows, int64_t chunks);
 }  // namespace dispatch_fns
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+namespace dispatch_fns = actors::dispatch_fns;
+using actors::DispatchContext;
+using actors::Dispatched;
+using actors::DispatchFns;
+using actors::register_dispatch_mode;
+using actors::register_execute_mode;
+using actors::update_dispatch_mode;
 }  // namespace hyflow

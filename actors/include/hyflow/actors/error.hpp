@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// A method failed on a worker (it threw, or the worker is gone). what() reads
 /// "method 'update_critic' failed on rank 2 of 4: <worker's message>".
@@ -56,4 +56,11 @@ class BindError : public Error {
   using Error::Error;
 };
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::CallError;
+using actors::CallTimeoutError;
+using actors::WorkerDiedError;
 }  // namespace hyflow

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class Worker;
 
@@ -192,4 +192,12 @@ const MethodTable<W>& MethodTable<W>::get() {
   return table;
 }
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+namespace Dispatch = actors::Dispatch;
+namespace Execute = actors::Execute;
+using actors::MethodOptions;
+using actors::MethodTable;
 }  // namespace hyflow

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class PayloadTransfer {
  public:
@@ -38,4 +38,4 @@ class PayloadTransfer {
 std::shared_ptr<PayloadTransfer> payload_transfer();
 void set_payload_transfer(std::shared_ptr<PayloadTransfer> transfer);
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

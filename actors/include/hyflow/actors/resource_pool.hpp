@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class ResourcePool {
  public:
@@ -67,4 +67,10 @@ class ResourcePoolManager {
   std::map<std::string, ResourcePool> pools_;
 };
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::ResourcePool;
+using actors::ResourcePoolManager;
 }  // namespace hyflow

@@ -16,7 +16,7 @@ class actor_system;
 class actor_system_config;
 }
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class Runtime;
 namespace caf_protocol {
@@ -102,4 +102,10 @@ class Runtime {
   std::shared_ptr<detail::RuntimeCore> core_;
 };
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::Runtime;
+using actors::RuntimeOptions;
 }  // namespace hyflow

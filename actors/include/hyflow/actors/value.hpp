@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class Value;
 
@@ -195,4 +195,13 @@ T from_value(Value v, const std::string& what) {
   }
 }
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::from_value;
+using actors::per_rank;
+using actors::PerRank;
+using actors::to_value;
+using actors::Value;
 }  // namespace hyflow

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// What a worker learns from the runtime (verl's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 /// MASTER_PORT environment).
@@ -115,4 +115,11 @@ void add_builtin_methods(MethodTable<W>& t) {
         {.dispatch = Dispatch::DP_COMPUTE_PROTO_WITH_FUNC});
 }
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::register_worker_function;
+using actors::Worker;
+using actors::WorkerEnv;
 }  // namespace hyflow

@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 struct WorkerGroupOptions {
   /// Prefix of worker names ("{prefix}{type}_{node}:{local_rank}").
@@ -216,4 +216,11 @@ class WorkerGroup {
   std::shared_ptr<detail::GroupView> view_;
 };
 
+}  // namespace hyflow::actors
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::CallOptions;
+using actors::WorkerGroup;
+using actors::WorkerGroupOptions;
 }  // namespace hyflow

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <typeindex>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 class WorkerHost {
  public:
@@ -37,4 +37,4 @@ class WorkerHost {
   std::map<std::type_index, std::shared_ptr<void>> resources_;
 };
 
-}  // namespace hyflow
+}  // namespace hyflow::actors

@@ -10,7 +10,7 @@
 #include <string>
 #include <typeindex>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// A worker class and its constructor arguments.
 struct WorkerSpec {
@@ -64,7 +64,7 @@ void register_worker_type(const std::string& name) {
       typeid(W), table);
 }
 
-}  // namespace hyflow
+}  // namespace hyflow::actors
 
 /// Registers a worker type at static-initialization time (in an executable's own TU).
 #define HYFLOW_DETAIL_CONCAT2(a, b) a##b
@@ -74,3 +74,9 @@ void register_worker_type(const std::string& name) {
     ::hyflow::register_worker_type<W>(NAME);                                         \
     return true;                                                                      \
   }()
+
+// Short names in hyflow:: for what verl users and embedding applications write.
+namespace hyflow {
+using actors::register_worker_type;
+using actors::WorkerSpec;
+}  // namespace hyflow

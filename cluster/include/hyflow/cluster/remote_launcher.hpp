@@ -38,7 +38,7 @@ struct ClusterOptions {
 
 /// Places workers on caf-node processes. Each node holds a session for this controller; its
 /// workers stop when the session (the launcher, or the controller process) goes away.
-class RemoteLauncher : public WorkerLauncher {
+class RemoteLauncher : public actors::WorkerLauncher {
  public:
   /// Connects to and authenticates with every node. ClusterError naming the node on a closed
   /// port, a silent peer (after connect_timeout), a protocol mismatch or a refused secret.
@@ -58,7 +58,7 @@ class RemoteLauncher : public WorkerLauncher {
   /// Spawns one worker per environment on the node the environment's name places it on
   /// ("..._{node}:{local}"), renames it "...@host:port", points MASTER_ADDR/PORT at the rank-0
   /// node, and constructs it there.
-  std::vector<WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override;
+  std::vector<actors::WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override;
 
   struct Impl;
 

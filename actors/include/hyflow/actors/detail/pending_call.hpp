@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace hyflow {
+namespace hyflow::actors {
 
 /// What the watchdog reports when a call passes its deadline.
 struct DeadlineReport {
@@ -82,4 +82,4 @@ struct PendingCall {
 };
 
 }  // namespace detail
-}  // namespace hyflow
+}  // namespace hyflow::actors
