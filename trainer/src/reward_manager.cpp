@@ -1,20 +1,16 @@
 // naive / dapo / batch reward managers and the batch reward-function registry.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/named_registry.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
 #include <iostream>
-#include <mutex>
 
 namespace hyflow::trainer {
 
 namespace {
-std::mutex& batch_registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, BatchComputeScoreFn>& batch_registry() {
-  static std::map<std::string, BatchComputeScoreFn> r;
-  return r;
+NamedRegistry<BatchComputeScoreFn>& batch_registry() {
+  static NamedRegistry<BatchComputeScoreFn> registry("batch reward function");
+  return registry;
 }
 
 const dataproto::Column& column(const DataProto& data, const char* name) {
@@ -39,17 +35,14 @@ void strip_suffix(std::string& s, const std::string& suffix) {
 }  // namespace
 
 void register_batch_compute_score(const std::string& name, BatchComputeScoreFn fn, bool overwrite) {
-  std::lock_guard lock(batch_registry_mutex());
-  if (!overwrite && batch_registry().count(name))
-    throw ValueError("batch reward function '" + name + "' is already registered");
-  batch_registry()[name] = std::move(fn);
+  if (overwrite)
+    batch_registry().set(name, std::move(fn));
+  else
+    batch_registry().add(name, std::move(fn));
 }
 
 BatchComputeScoreFn get_batch_compute_score(const std::string& name) {
-  std::lock_guard lock(batch_registry_mutex());
-  auto it = batch_registry().find(name);
-  if (it == batch_registry().end()) throw KeyError("unknown batch reward function '" + name + "'");
-  return it->second;
+  return batch_registry().get(name);
 }
 
 RewardManager::RewardManager(std::shared_ptr<const models::Tokenizer> tokenizer, RewardManagerOptions options)
