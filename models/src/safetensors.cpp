@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 
 namespace hyflow::models {
@@ -73,7 +74,13 @@ NamedTensors read_safetensors(const std::filesystem::path& file, Json* metadata)
   if (!header.is_object()) throw FormatError(fname + ": header is not a JSON object");
   const uint64_t data_start = 8 + header_len, data_size = size - data_start;
 
-  NamedTensors out;
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    at::ScalarType dtype;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (metadata) *metadata = entry;
@@ -90,6 +97,8 @@ NamedTensors read_safetensors(const std::filesystem::path& file, Json* metadata)
       dtype = dtype_from_name(entry.at("dtype").get<std::string>(), where);
       for (const auto& d : entry.at("shape")) {
         if (!d.is_number_unsigned()) throw FormatError(where + ": shape entries must be non-negative integers");
+        if (d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          throw FormatError(where + ": shape entry " + d.dump() + " overflows 64-bit sizes");
         shape.push_back(d.get<int64_t>());
       }
       const auto& offsets = entry.at("data_offsets");
@@ -106,27 +115,53 @@ NamedTensors read_safetensors(const std::filesystem::path& file, Json* metadata)
       throw FormatError(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                         ") lie outside the " + std::to_string(data_size) + " data bytes (file truncated?)");
     }
+    // numel x element size in bytes, refusing any product that does not fit (LibTorch takes
+    // int64 sizes, and a wrapped product would pass the length check below).
+    constexpr uint64_t kMaxBytes = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     uint64_t numel = 1;
     for (int64_t d : shape) {
-      if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
-        throw FormatError(where + ": shape overflows");
-      }
+      if (d < 0 || (d != 0 && numel > kMaxBytes / static_cast<uint64_t>(d)))
+        throw FormatError(where + ": shape " + entry.at("shape").dump() + " overflows 64-bit sizes");
       numel *= static_cast<uint64_t>(d);
     }
-    const uint64_t expected = numel * c10::elementSize(dtype);
+    const uint64_t element_size = c10::elementSize(dtype);
+    if (numel > kMaxBytes / element_size)
+      throw FormatError(where + ": shape " + entry.at("shape").dump() + " x " + std::to_string(element_size) +
+                        "-byte elements overflows 64-bit sizes");
+    const uint64_t expected = numel * element_size;
     if (end - begin != expected) {
       throw FormatError(where + ": " + std::to_string(end - begin) + " bytes for shape of " + std::to_string(numel) +
                         " elements, expected " + std::to_string(expected));
     }
-    auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-    if (expected > 0) std::memcpy(tensor.data_ptr(), bytes.data() + data_start + begin, expected);
-    out.emplace_back(name, std::move(tensor));
+    entries.push_back({name, std::move(shape), dtype, begin, end});
   }
-  // The format stores tensors in data order; keep that order for deterministic round trips.
-  std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-    return header.at(a.first).at("data_offsets")[0].template get<uint64_t>() <
-           header.at(b.first).at("data_offsets")[0].template get<uint64_t>();
+  // As the reference reader: the tensors tile the data section exactly, in offset order, with
+  // no overlap (two names reading the same bytes) and no gap.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
+  uint64_t covered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.begin < covered)
+      throw FormatError(fname + ": tensor '" + e.name + "' data_offsets [" + std::to_string(e.begin) + ", " +
+                        std::to_string(e.end) + ") overlap tensor '" + entries[i - 1].name + "' (ends at " +
+                        std::to_string(covered) + ")");
+    if (e.begin > covered)
+      throw FormatError(fname + ": " + std::to_string(e.begin - covered) + " data bytes at offset " +
+                        std::to_string(covered) + " belong to no tensor (before tensor '" + e.name + "')");
+    covered = e.end;
+  }
+  if (covered != data_size)
+    throw FormatError(fname + ": " + std::to_string(data_size - covered) + " data bytes at offset " +
+                      std::to_string(covered) + " belong to no tensor");
+
+  NamedTensors out;
+  for (const Entry& e : entries) {
+    auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    if (e.end > e.begin) std::memcpy(tensor.data_ptr(), bytes.data() + data_start + e.begin, e.end - e.begin);
+    out.emplace_back(e.name, std::move(tensor));
+  }
   return out;
 }
 

@@ -193,6 +193,29 @@ TEST_CASE("corrupt safetensors are rejected with a FormatError naming file and t
                 safetensors_bytes(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[4,2]}})", std::string(4, '\0')));
     CHECK_THROWS_AS(read_safetensors(file), FormatError);
   }
+  SECTION("two tensors reading the same bytes (overlapping offsets)") {
+    write_bytes(file, safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                        std::string(12, '\0')));
+    CHECK_THROWS_WITH(read_safetensors(file),
+                      Catch::Contains("bad.safetensors") && Catch::Contains("'b'") && Catch::Contains("overlap"));
+  }
+  SECTION("data bytes that belong to no tensor") {
+    write_bytes(file,
+                safetensors_bytes(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", std::string(4, '\0')));
+    CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("belong to no tensor") && Catch::Contains("'w'"));
+  }
+  SECTION("shape x element size overflows 64 bits") {
+    write_bytes(file, safetensors_bytes(R"({"w":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
+                                        ""));
+    CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("'w'") && Catch::Contains("overflows"));
+    write_bytes(file, safetensors_bytes(R"({"w":{"dtype":"F64","shape":[1152921504606846976],"data_offsets":[0,0]}})",
+                                        ""));
+    CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("'w'") && Catch::Contains("overflows"));
+    write_bytes(file,
+                safetensors_bytes(R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""));
+    CHECK_THROWS_WITH(read_safetensors(file), Catch::Contains("'w'") && Catch::Contains("overflows"));
+  }
   SECTION("a checkpoint file cut in half") {
     torch::manual_seed(24);
     CausalLM model(small_config());

@@ -1,6 +1,7 @@
 // Datasets (JSONL, built-in arithmetic task, padding/truncation) and reward managers.
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
+#include <hyflow/models/config.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
@@ -77,6 +78,36 @@ TEST_CASE("a bad JSONL line is a FormatError naming file:line") {
   CHECK_THROWS_WITH(read_jsonl(g), Catch::Contains(g + ":1") && Catch::Contains("prompt"));
   std::filesystem::remove(f);
   std::filesystem::remove(g);
+}
+
+TEST_CASE("an empty JSONL file is a FormatError naming the file") {
+  for (const char* text : {"", "\n  \n\t\n"}) {
+    const auto f = write_file(text);
+    CHECK_THROWS_WITH(read_jsonl(f), Catch::Contains(f) && Catch::Contains("no rows"));
+    std::filesystem::remove(f);
+  }
+}
+
+TEST_CASE("a garbage tokenizer_config.json is a FormatError naming the file, not a missing tokenizer") {
+  const auto dir = std::filesystem::temp_directory_path() / ("hyflow_tokcfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = (dir / "tokenizer_config.json").string();
+  std::ofstream(file) << "{\"tokenizer_class\": \"hyflow-char\",";  // cut off
+  CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("not valid JSON"));
+  std::ofstream(file, std::ios::trunc) << "[1, 2]";
+  CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("JSON object"));
+  std::ofstream(file, std::ios::trunc) << "{\"tokenizer_class\": 7}";
+  CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("tokenizer_class"));
+  std::ofstream(file, std::ios::trunc) << "{\"tokenizer_class\": \"hyflow-char\"}";
+  const auto tokenizer = load_tokenizer(dir.string());
+  CHECK(tokenizer->vocab_size() > 0);
+  SECTION("a tokenizer with ids beyond the model's vocab_size is refused when loading, naming both") {
+    models::save_config(models::tiny_config(tokenizer->vocab_size() - 1), dir / "config.json");
+    CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(dir.string()) && Catch::Contains("vocab_size"));
+    models::save_config(models::tiny_config(tokenizer->vocab_size()), dir / "config.json");
+    CHECK(load_tokenizer(dir.string())->vocab_size() == tokenizer->vocab_size());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("arithmetic task: deterministic in the seed, sums as ground truth") {

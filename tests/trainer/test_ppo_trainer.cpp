@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
 
 using namespace hyflow;
 using namespace hyflow::trainer;
@@ -101,6 +102,66 @@ TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupte
     CAPTURE(k);
     REQUIRE(resumed.contains(k));
     CHECK(resumed.at(k).get<double>() == Approx(v.get<double>()).margin(1e-6));
+  }
+}
+
+namespace {
+std::vector<int64_t> logged_steps(const fs::path& file) {
+  std::vector<int64_t> steps;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  return steps;
+}
+}  // namespace
+
+TEST_CASE("metrics.jsonl: a resume drops the earlier run's steps past the checkpoint, a fresh run starts a new file") {
+  TempDir dir("metrics");
+  const fs::path metrics = dir.path / "metrics.jsonl";
+  auto config = [&](const char* resume_mode) {
+    Config c = small_config("grpo", dir.path);
+    c.set("trainer.val_before_train", "false");
+    c.set("trainer.test_freq", "-1");
+    c.set("trainer.resume_mode", resume_mode);
+    return c;
+  };
+  {
+    Config c = config("disable");
+    c.set("trainer.total_training_steps", "2");
+    c.set("trainer.save_freq", "2");
+    PPOTrainer t(c);
+    t.init_workers();
+    t.fit();
+  }
+  // the earlier run went on to log step 3 and died before its next checkpoint
+  std::ofstream(metrics, std::ios::app) << R"({"step": 3, "critic/score/mean": 0.5})" << "\n";
+  REQUIRE(logged_steps(metrics) == std::vector<int64_t>{1, 2, 3});
+  {
+    Config c = config("auto");
+    PPOTrainer t(c);
+    t.init_workers();
+    t.fit();
+  }
+  CHECK(logged_steps(metrics) == std::vector<int64_t>{1, 2, 3});  // step 3 once, from the resumed run
+  CHECK(logged_steps(dir.path / "metrics.jsonl.after_step_2") == std::vector<int64_t>{3});
+  {
+    Config c = config("disable");
+    c.set("trainer.total_training_steps", "1");
+    PPOTrainer t(c);
+    t.init_workers();
+    t.fit();
+  }
+  CHECK(logged_steps(metrics) == std::vector<int64_t>{1});
+  CHECK(logged_steps(dir.path / "metrics.jsonl.old") == std::vector<int64_t>{1, 2, 3});  // kept, not appended to
+
+  SECTION("a garbage data.json in the checkpoint is a FormatError naming it") {
+    std::ofstream(dir.path / "global_step_2" / "data.json", std::ios::trunc) << "{\"global_st";
+    Config c = config("auto");
+    PPOTrainer t(c);
+    t.init_workers();
+    CHECK_THROWS_WITH(t.fit(), Catch::Contains("global_step_2") && Catch::Contains("data.json"));
+    std::ofstream(dir.path / "global_step_2" / "data.json", std::ios::trunc) << R"({"global_step": 7})";
+    CHECK_THROWS_WITH(t.fit(), Catch::Contains("data.json") && Catch::Contains("global_step 7"));
   }
 }
 

@@ -2,6 +2,7 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/bpe_tokenizer.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
+#include <hyflow/models/config.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
 #include <filesystem>
@@ -81,6 +82,8 @@ std::vector<Sample> read_jsonl(const std::string& path, const std::string& promp
     }
     out.push_back(std::move(s));
   }
+  if (in.bad()) throw FormatError("dataset file '" + path + "': read error");
+  if (out.empty()) throw FormatError("dataset file '" + path + "' has no rows (empty or only blank lines)");
   return out;
 }
 
@@ -211,12 +214,24 @@ DataProto SFTDataset::batch(const std::vector<int64_t>& indices) const {
       TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}, {"loss_mask", loss_mask}});
 }
 
-std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir) {
+namespace {
+std::shared_ptr<const models::Tokenizer> read_tokenizer(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    std::ifstream in(dir / "tokenizer_config.json");
-    auto cfg = nlohmann::json::parse(in, nullptr, false);
-    if (cfg.is_object() && cfg.value("tokenizer_class", "") == "hyflow-char") {
+    const std::string file = (dir / "tokenizer_config.json").string();
+    std::ifstream in(file);
+    if (!in) throw FormatError("cannot open '" + file + "'");
+    nlohmann::json cfg;
+    try {
+      cfg = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError("'" + file + "' is not valid JSON: " + e.what());
+    }
+    if (!cfg.is_object()) throw FormatError("'" + file + "' must hold a JSON object, got " + cfg.type_name());
+    const auto cls = cfg.find("tokenizer_class");
+    if (cls != cfg.end() && !cls->is_string() && !cls->is_null())
+      throw FormatError("'" + file + "': tokenizer_class must be a string, got " + cls->dump());
+    if (cls != cfg.end() && cls->is_string() && cls->get<std::string>() == "hyflow-char") {
       models::CharTokenizerOptions o;
       if (cfg.contains("alphabet") && cfg.at("alphabet").is_string())
         o.alphabet = cfg.at("alphabet").get<std::string>();
@@ -226,6 +241,22 @@ std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model
   if (std::filesystem::exists(dir / "tokenizer.json"))
     return std::make_shared<models::BpeTokenizer>(models::BpeTokenizer::from_file(dir / "tokenizer.json"));
   throw FormatError("model directory '" + model_dir + "' has no tokenizer (tokenizer_config.json or tokenizer.json)");
+}
+
+}  // namespace
+
+std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir) {
+  auto tokenizer = read_tokenizer(model_dir);
+  // Ids the model has no embedding row for would fail only at generation ("index out of range").
+  const auto config_file = std::filesystem::path(model_dir) / "config.json";
+  if (std::filesystem::exists(config_file)) {
+    const int64_t model_vocab = models::load_config(config_file).vocab_size;
+    if (tokenizer->vocab_size() > model_vocab)
+      throw ValueError("model directory '" + model_dir + "': the tokenizer has ids up to " +
+                       std::to_string(tokenizer->vocab_size() - 1) + " but config.json's vocab_size is " +
+                       std::to_string(model_vocab) + " (tokenizer and model do not belong together)");
+  }
+  return tokenizer;
 }
 
 void save_char_tokenizer_config(const std::string& model_dir) {

@@ -64,6 +64,31 @@ int64_t step_of(const fs::path& dir) {
   }
 }
 
+/// The trainer state of a checkpoint (data.json): a JSON object whose global_step is the folder's.
+nlohmann::json read_trainer_state(const fs::path& file, int64_t step) {
+  std::ifstream in(file);
+  if (!in) throw FormatError("checkpoint trainer state " + file.string() + " is missing");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError("checkpoint trainer state " + file.string() + " is not valid JSON: " + e.what());
+  }
+  if (!state.is_object() || !state.contains("global_step") || !state.at("global_step").is_number_integer())
+    throw FormatError("checkpoint trainer state " + file.string() + " has no integer global_step");
+  if (state.at("global_step").get<int64_t>() != step)
+    throw FormatError("checkpoint trainer state " + file.string() + " says global_step " +
+                      state.at("global_step").dump() + ", its folder says " + std::to_string(step));
+  return state;
+}
+
+/// The first of `<path><suffix>`, `<path><suffix>.1`, ... that does not exist (nothing is overwritten).
+fs::path free_path(const fs::path& path, const std::string& suffix) {
+  fs::path target = path.string() + suffix;
+  for (int n = 1; fs::exists(target); ++n) target = path.string() + suffix + "." + std::to_string(n);
+  return target;
+}
+
 }  // namespace
 
 struct PPOTrainer::Impl {
@@ -101,6 +126,8 @@ struct PPOTrainer::Impl {
   nlohmann::json step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
   nlohmann::json validate();
   void save_checkpoint(int64_t global_step);
+  /// Before the first line of this run: see docs/trainer.md, "Metrics file".
+  void prepare_metrics_file(int64_t resumed_step);
   int64_t load_checkpoint();
   void log(const nlohmann::json& metrics, int64_t step, bool progress);
 };
@@ -481,11 +508,47 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
   const int64_t step = step_of(dir);
   actor->call(&ActorRolloutRefWorker::load_checkpoint, (dir / "actor").string());
   if (use_critic) critic->call(&CriticWorker::load_checkpoint, (dir / "critic").string());
-  std::ifstream in(dir / "data.json");
-  auto state = nlohmann::json::parse(in, nullptr, false);
-  if (kl_ctrl && state.is_object() && state.contains("kl_coef")) kl_ctrl->value = state.at("kl_coef").get<double>();
+  const nlohmann::json state = read_trainer_state(dir / "data.json", step);
+  if (kl_ctrl) {
+    if (!state.contains("kl_coef") || !state.at("kl_coef").is_number())
+      throw FormatError((dir / "data.json").string() + ": no numeric kl_coef (algorithm.use_kl_in_reward is on)");
+    kl_ctrl->value = state.at("kl_coef").get<double>();
+  }
   std::cout << "resumed from " << dir.string() << " (global step " << step << ")\n";
   return step;
+}
+
+void PPOTrainer::Impl::prepare_metrics_file(int64_t resumed_step) {
+  const fs::path file(metrics_file);
+  if (!fs::exists(file)) return;
+  if (resumed_step == 0) {  // a fresh run: the file belongs to an earlier run
+    const fs::path old = free_path(file, ".old");
+    fs::rename(file, old);
+    std::cout << "metrics of an earlier run moved to " << old.string() << "\n";
+    return;
+  }
+  // Resumed at step S: the earlier run may have logged steps after its last checkpoint, which
+  // this run takes again. Keep lines up to S in the file and move the rest to a side file.
+  std::ifstream in(file);
+  std::string kept, later, line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.empty()) continue;
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_object() || !row.contains("step") || !row.at("step").is_number_integer())
+      throw FormatError(file.string() + ":" + std::to_string(lineno) + ": not a metrics line with an integer step");
+    (row.at("step").get<int64_t>() <= resumed_step ? kept : later) += line + "\n";
+  }
+  in.close();
+  if (later.empty()) return;
+  const fs::path side = free_path(file, ".after_step_" + std::to_string(resumed_step));
+  {
+    std::ofstream out(side, std::ios::trunc);
+    out << later;
+    if (!out) throw Error("cannot write " + side.string());
+  }
+  write_text_atomically(file, kept);
+  std::cout << "metrics logged after step " << resumed_step << " by the earlier run moved to " << side.string()
+            << "\n";
 }
 
 void PPOTrainer::Impl::log(const nlohmann::json& metrics, int64_t step, bool progress) {
@@ -517,6 +580,7 @@ void PPOTrainer::fit() {
   Impl& s = *impl_;
   const bool progress = s.config.get_bool("trainer.progress_bar");
   int64_t global_step = s.load_checkpoint();
+  s.prepare_metrics_file(global_step);
   if (s.config.get_bool("trainer.val_before_train") && global_step == 0) {
     nlohmann::json m = nlohmann::json::object();
     {

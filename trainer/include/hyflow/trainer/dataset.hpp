@@ -93,7 +93,9 @@ class SFTDataset {
 
 /// The tokenizer of a model directory: tokenizer_config.json with tokenizer_class
 /// "hyflow-char" (optional "alphabet") gives the char tokenizer, else tokenizer.json (BPE).
-/// FormatError naming the directory when neither is there.
+/// FormatError naming the directory when neither is there, naming the file when
+/// tokenizer_config.json is not a JSON object; ValueError when the tokenizer has ids beyond the
+/// vocab_size of the directory's config.json.
 std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir);
 /// Writes tokenizer_config.json for the default char tokenizer into `model_dir`.
 void save_char_tokenizer_config(const std::string& model_dir);
