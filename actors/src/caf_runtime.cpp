@@ -20,7 +20,7 @@
 #include <system_error>
 #include <thread>
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::detail::PendingCall>)  // in-process only
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<hyflow::actors::detail::PendingCall>)  // in-process only
 
 namespace hyflow::actors::detail {
 
