@@ -16,6 +16,7 @@
 #include <thread>
 
 using namespace hyflow;
+using namespace hyflow::actors;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 using namespace hyflow;
+using namespace hyflow::actors;
 using test::make_batch;
 
 namespace {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 using namespace hyflow;
+using namespace hyflow::actors;
 
 namespace {
 Value round_trip(caf::actor_system& sys, Value v) {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 using namespace hyflow;
+using namespace hyflow::actors;
 using test::EchoWorker;
 using test::make_batch;
 using namespace std::chrono_literals;

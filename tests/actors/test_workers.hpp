@@ -97,6 +97,7 @@ class EchoWorker : public hyflow::Worker {
 
   static void define_methods(hyflow::MethodTable<EchoWorker>& t) {
     using namespace hyflow;
+    using namespace hyflow::actors;
     t.add("double_x", &EchoWorker::double_x, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
     t.add("throw_async", &EchoWorker::throw_async, {.dispatch = Dispatch::ONE_TO_ALL, .blocking = false});
     t.add("add_rank", &EchoWorker::add_rank, {.dispatch = Dispatch::ONE_TO_ALL});
@@ -142,6 +143,7 @@ class CounterRole : public hyflow::Worker {
   std::string device_and_rank() const { return device() + "#" + std::to_string(rank()); }
   static void define_methods(hyflow::MethodTable<CounterRole>& t) {
     using namespace hyflow;
+    using namespace hyflow::actors;
     t.add("bump", &CounterRole::bump, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("value", &CounterRole::value, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("device_and_rank", &CounterRole::device_and_rank, {.dispatch = Dispatch::ONE_TO_ALL});

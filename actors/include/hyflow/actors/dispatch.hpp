@@ -101,6 +101,7 @@ namespace dispatch_fns = actors::dispatch_fns;
 using actors::DispatchContext;
 using actors::Dispatched;
 using actors::DispatchFns;
+using actors::make_nd_compute_dataproto_dispatch_fn;
 using actors::register_dispatch_mode;
 using actors::register_execute_mode;
 using actors::update_dispatch_mode;
