@@ -224,8 +224,8 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
       decltype(self->request(workers[0], caf::infinite, actors::caf_protocol::init_atom::value, spec_json, spec_json));
   std::vector<init_handle> inits;
   for (size_t i = 0; i < workers.size(); ++i)
-    inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout}, actors::caf_protocol::init_atom::value,
-                                  spec_json, placed[i].to_json().dump()));
+    inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout},
+                                  actors::caf_protocol::init_atom::value, spec_json, placed[i].to_json().dump()));
   int failed_rank = -1;
   for (size_t i = 0; i < inits.size(); ++i)
     inits[i].receive([](std::string&) {},
@@ -241,7 +241,8 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
     throw CallError("__init__", failed_rank, failure, failure);
   }
   std::vector<actors::WorkerRef> out;
-  for (size_t i = 0; i < workers.size(); ++i) out.push_back(actors::caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
+  for (size_t i = 0; i < workers.size(); ++i)
+    out.push_back(actors::caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
   return out;
 }
 
