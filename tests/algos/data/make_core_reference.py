@@ -194,7 +194,7 @@ def metric_cases(gen):
                                                                   "update_actor")}}
     timing = {**{f"timing_s/{k}": v for k, v in timing_raw.items()},
               **{f"timing_per_token_ms/{k}": timing_raw[k] * 1000 / sections[k]
-                 for k in set(sections) & set(timing_raw)}}
+                 for k in sorted(set(sections) & set(timing_raw))}}
     global_token_num = torch.sum(attn, dim=-1).tolist()
     total = sum(global_token_num)
     throughput = {"perf/total_num_tokens": total, "perf/time_per_step": timing_raw["step"],
