@@ -1,6 +1,8 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 
+#include "numpy_sum.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -9,16 +11,11 @@ namespace hyflow::algos::metric_utils {
 namespace {
 
 double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
+  return detail::numpy_mean(v);
 }
 
 double population_std(const std::vector<double>& v) {
-  const double m = mean_of(v);
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return std::sqrt(s / static_cast<double>(v.size()));
+  return detail::numpy_std(v);
 }
 
 // numpy's legacy bounded integers in [0, max]: 32-bit MT19937 outputs masked to the smallest

@@ -48,14 +48,19 @@ at::Tensor as_float(const at::Tensor& b) { return b.to(torch::kFloat); }
 
 }  // namespace
 
-PolicyLossOutput compute_policy_loss_vanilla(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
-                                             const at::Tensor& advantages, const at::Tensor& response_mask,
-                                             const std::string& loss_agg_mode, const ActorConfig& config,
-                                             const OptTensor& rollout_is_weights) {
-  check_inputs(old_log_prob, log_prob, advantages, response_mask, rollout_is_weights, "compute_policy_loss_vanilla");
-  const double clip_ratio_c = config.clip_ratio_c;
+namespace {
+
+// The clipped PPO objective shared by compute_policy_loss_vanilla and the legacy
+// compute_policy_loss: token losses before weighting/aggregation, and the three statistics.
+struct ClippedObjective {
+  at::Tensor pg_losses, pg_clipfrac, ppo_kl, pg_clipfrac_lower;
+};
+
+ClippedObjective clipped_objective(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                   const at::Tensor& advantages, const at::Tensor& response_mask, double cliprange_low,
+                                   double cliprange_high, double clip_ratio_c, const char* fn) {
   if (!(clip_ratio_c > 1.0)) {
-    throw ValueError("compute_policy_loss_vanilla: clip_ratio_c (dual-clip lower bound) must be > 1.0, got " +
+    throw ValueError(std::string(fn) + ": clip_ratio_c (dual-clip lower bound) must be > 1.0, got " +
                      std::to_string(clip_ratio_c));
   }
   auto negative_approx_kl = torch::clamp(log_prob - old_log_prob, -20.0, 20.0);
@@ -63,7 +68,7 @@ PolicyLossOutput compute_policy_loss_vanilla(const at::Tensor& old_log_prob, con
   auto ppo_kl = masked_mean(-negative_approx_kl, response_mask);
 
   auto pg_losses1 = -advantages * ratio;
-  auto pg_losses2 = -advantages * torch::clamp(ratio, 1 - clip_low(config), 1 + clip_high(config));
+  auto pg_losses2 = -advantages * torch::clamp(ratio, 1 - cliprange_low, 1 + cliprange_high);
   auto clip_pg_losses1 = torch::maximum(pg_losses1, pg_losses2);
   auto pg_clipfrac = masked_mean(as_float(torch::gt(pg_losses2, pg_losses1)), response_mask);
 
@@ -73,13 +78,52 @@ PolicyLossOutput compute_policy_loss_vanilla(const at::Tensor& old_log_prob, con
   auto pg_clipfrac_lower =
       masked_mean(as_float(torch::logical_and(torch::gt(clip_pg_losses1, pg_losses3), advantages < 0)), response_mask);
   auto pg_losses = torch::where(advantages < 0, clip_pg_losses2, clip_pg_losses1);
-  pg_losses = apply_is_weights(pg_losses, rollout_is_weights);
+  return {pg_losses, pg_clipfrac, ppo_kl, pg_clipfrac_lower};
+}
 
-  auto pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config);
+}  // namespace
+
+PolicyLossOutput compute_policy_loss_vanilla(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                                             const std::string& loss_agg_mode, const ActorConfig& config,
+                                             const OptTensor& rollout_is_weights) {
+  check_inputs(old_log_prob, log_prob, advantages, response_mask, rollout_is_weights, "compute_policy_loss_vanilla");
+  auto o = clipped_objective(old_log_prob, log_prob, advantages, response_mask, clip_low(config), clip_high(config),
+                             config.clip_ratio_c, "compute_policy_loss_vanilla");
+  auto pg_loss = aggregate(apply_is_weights(o.pg_losses, rollout_is_weights), response_mask, loss_agg_mode, config);
   return {pg_loss,
-          {{"actor/pg_clipfrac", item(pg_clipfrac)},
-           {"actor/ppo_kl", item(ppo_kl)},
-           {"actor/pg_clipfrac_lower", item(pg_clipfrac_lower)}}};
+          {{"actor/pg_clipfrac", item(o.pg_clipfrac)},
+           {"actor/ppo_kl", item(o.ppo_kl)},
+           {"actor/pg_clipfrac_lower", item(o.pg_clipfrac_lower)}}};
+}
+
+LegacyPolicyLossOutput compute_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                           const at::Tensor& advantages, const at::Tensor& response_mask,
+                                           std::optional<double> cliprange, std::optional<double> cliprange_low,
+                                           std::optional<double> cliprange_high, double clip_ratio_c,
+                                           const std::string& loss_agg_mode) {
+  check_inputs(old_log_prob, log_prob, advantages, response_mask, std::nullopt, "compute_policy_loss");
+  if (!cliprange_low) cliprange_low = cliprange;
+  if (!cliprange_high) cliprange_high = cliprange;
+  if (!cliprange_low || !cliprange_high) {
+    throw ValueError("compute_policy_loss: set cliprange, or both cliprange_low and cliprange_high");
+  }
+  auto o = clipped_objective(old_log_prob, log_prob, advantages, response_mask, *cliprange_low, *cliprange_high,
+                             clip_ratio_c, "compute_policy_loss");
+  return {agg_loss(o.pg_losses, response_mask, loss_agg_mode), o.pg_clipfrac, o.ppo_kl, o.pg_clipfrac_lower};
+}
+
+PolicyLossOutput compute_policy_loss_reinforce(const at::Tensor& rollout_log_prob, const at::Tensor& log_prob,
+                                               const at::Tensor& advantages, const at::Tensor& response_mask,
+                                               const std::string& loss_agg_mode, const ActorConfig& config,
+                                               const OptTensor& rollout_is_weights) {
+  check_inputs(rollout_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+               "compute_policy_loss_reinforce");
+  // Plain policy gradient: no ratio, no clipping; IS weights (constants) scale the tokens.
+  auto pg_losses = apply_is_weights(-advantages * log_prob, rollout_is_weights);
+  auto pg_loss = aggregate(pg_losses, response_mask, loss_agg_mode, config);
+  auto kl_divergence = masked_mean(-(log_prob - rollout_log_prob), response_mask);
+  return {pg_loss, {{"actor/ppo_kl", item(kl_divergence)}}};
 }
 
 PolicyLossOutput compute_policy_loss_gspo(const at::Tensor& old_log_prob, const at::Tensor& log_prob,

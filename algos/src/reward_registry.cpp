@@ -11,6 +11,9 @@
 namespace hyflow::algos::reward_score {
 namespace {
 
+// hyflow's own extra_info key; verl's gsm8k routing reads none.
+constexpr const char* kGsm8kMethodKey = "hyflow_gsm8k_method";
+
 bool one_of(const std::string& s, std::initializer_list<std::string_view> names) {
   for (auto n : names) {
     if (s == n) return true;
@@ -44,8 +47,12 @@ ScoreResult default_compute_score(const std::string& data_source, const std::str
                                   const nlohmann::json& ground_truth, const nlohmann::json& extra_info) {
   if (data_source == "openai/gsm8k") {
     std::string method = "strict";
-    if (extra_info.is_object() && extra_info.contains("method") && extra_info["method"].is_string()) {
-      method = extra_info["method"].get<std::string>();
+    if (extra_info.is_object() && extra_info.contains(kGsm8kMethodKey)) {
+      const auto& m = extra_info[kGsm8kMethodKey];
+      if (!m.is_string())
+        throw ValueError(std::string("default_compute_score: extra_info['") + kGsm8kMethodKey +
+                         "'] must be a string, got " + m.dump());
+      method = m.get<std::string>();
     }
     return {gsm8k::compute_score(solution_str, text_of(ground_truth, data_source), method)};
   }

@@ -16,6 +16,13 @@ void check_same_shape(const at::Tensor& a, const at::Tensor& b, const char* what
   }
 }
 
+void check_logprob_shapes(const at::Tensor& logits, const at::Tensor& labels, const char* fn) {
+  if (logits.dim() != labels.dim() + 1 || logits.sizes().slice(0, labels.dim()) != labels.sizes()) {
+    throw ShapeError(std::string(fn) + ": logits " + c10::str(logits.sizes()) + " do not match labels " +
+                     c10::str(labels.sizes()) + " (expected logits = labels shape + (V,))");
+  }
+}
+
 }  // namespace
 
 at::Tensor masked_sum(const at::Tensor& values, const at::Tensor& mask, std::optional<int64_t> axis) {
@@ -83,16 +90,18 @@ at::Tensor entropy_from_logits_with_chunking(const at::Tensor& logits, int64_t c
 }
 
 at::Tensor logprobs_from_logits(const at::Tensor& logits, const at::Tensor& labels) {
-  if (logits.dim() != labels.dim() + 1 || logits.sizes().slice(0, labels.dim()) != labels.sizes()) {
-    throw ShapeError("logprobs_from_logits: logits " + c10::str(logits.sizes()) + " do not match labels " +
-                     c10::str(labels.sizes()) + " (expected logits = labels shape + (V,))");
-  }
+  check_logprob_shapes(logits, labels, "logprobs_from_logits");
   auto index = labels.to(torch::kLong).unsqueeze(-1);
   if (logits.scalar_type() == torch::kFloat || logits.scalar_type() == torch::kDouble) {
     auto picked = logits.gather(-1, index).squeeze(-1);
     return picked - torch::logsumexp(logits, -1);
   }
   return torch::log_softmax(logits, -1).gather(-1, index).squeeze(-1);
+}
+
+at::Tensor logprobs_from_logits_naive(const at::Tensor& logits, const at::Tensor& labels) {
+  check_logprob_shapes(logits, labels, "logprobs_from_logits_naive");
+  return torch::log_softmax(logits, -1).gather(-1, labels.to(torch::kLong).unsqueeze(-1)).squeeze(-1);
 }
 
 at::Tensor calculate_sum_pi_squared_from_logits(const at::Tensor& logits) {

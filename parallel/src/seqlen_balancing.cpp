@@ -78,6 +78,25 @@ std::vector<int64_t> evens_then_reversed_odds(const std::vector<int64_t>& v) {
   return out;
 }
 
+// Micro-batches by total workload descending (ties: first index, descending), then the even
+// positions reversed followed by the odd ones: the heaviest sit in the middle.
+template <class WorkloadOf>
+std::vector<std::vector<int64_t>> order_by_workload_heaviest_in_middle(std::vector<std::vector<int64_t>> partitions,
+                                                                       WorkloadOf workload_of) {
+  auto key = [&](const std::vector<int64_t>& p) {
+    int64_t s = 0;
+    for (int64_t i : p) s += workload_of(i);
+    return std::pair(s, p.front());
+  };
+  std::stable_sort(partitions.begin(), partitions.end(), [&](const auto& a, const auto& b) { return key(b) < key(a); });
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(partitions.size());
+  const auto count = static_cast<int64_t>(partitions.size());
+  for (int64_t i = (count - 1) / 2 * 2; i >= 0; i -= 2) out.push_back(std::move(partitions[static_cast<size_t>(i)]));
+  for (size_t i = 1; i < partitions.size(); i += 2) out.push_back(std::move(partitions[i]));
+  return out;
+}
+
 }  // namespace
 
 int64_t calculate_workload(int64_t seqlen) { return 24576 * seqlen + seqlen * seqlen; }
@@ -221,24 +240,57 @@ std::vector<std::vector<int64_t>> balance_batch_partitions(const std::vector<int
 std::vector<std::vector<int64_t>> dynamic_micro_batch_partitions(const std::vector<int64_t>& workloads,
                                                                  int64_t num_micro_batches) {
   auto partitions = get_seqlen_balanced_partitions(workloads, num_micro_batches, /*equal_size=*/false);
-  auto key = [&](const std::vector<int64_t>& p) {
-    int64_t s = 0;
-    for (int64_t i : p) s += workloads[static_cast<size_t>(i)];
-    return std::pair(s, p.front());
-  };
-  std::stable_sort(partitions.begin(), partitions.end(),
-                   [&](const auto& a, const auto& b) { return key(b) < key(a); });
-  std::vector<std::vector<int64_t>> out;
-  out.reserve(partitions.size());
-  const auto count = static_cast<int64_t>(partitions.size());
-  for (int64_t i = (count - 1) / 2 * 2; i >= 0; i -= 2) out.push_back(std::move(partitions[static_cast<size_t>(i)]));
-  for (size_t i = 1; i < partitions.size(); i += 2) out.push_back(std::move(partitions[i]));
-  return out;
+  return order_by_workload_heaviest_in_middle(std::move(partitions),
+                                              [&](int64_t i) { return workloads[static_cast<size_t>(i)]; });
+}
+
+std::vector<std::vector<int64_t>> rearrange_micro_batches(const std::vector<int64_t>& seq_len_effective,
+                                                          int64_t max_token_len, int64_t padded_seq_len,
+                                                          const RearrangeOptions& options) {
+  if (max_token_len < padded_seq_len)
+    throw ValueError("rearrange_micro_batches: max_token_len " + std::to_string(max_token_len) +
+                     " is below the sequence length " + std::to_string(padded_seq_len));
+  const int64_t group = options.force_group_size;
+  const auto rows = static_cast<int64_t>(seq_len_effective.size());
+  if (group < 1 || rows % group != 0)
+    throw ValueError("rearrange_micro_batches: batch size " + std::to_string(rows) +
+                     " is not a multiple of force_group_size " + std::to_string(group));
+  const int64_t num_groups = rows / group;
+  const int64_t total = std::accumulate(seq_len_effective.begin(), seq_len_effective.end(), int64_t{0});
+  int64_t count = std::min(num_groups, ceildiv(total, max_token_len));
+  if (options.min_num_micro_batch) count = std::max(*options.min_num_micro_batch, count);
+  if (options.sync_num_micro_batches) count = options.sync_num_micro_batches(count);
+  if (options.num_batches_divided_by) count = roundup_divisible(count, *options.num_batches_divided_by);
+  if (count < 1 || count > num_groups)
+    throw ValueError("rearrange_micro_batches: " + std::to_string(count) + " micro-batches for " +
+                     std::to_string(num_groups) + " groups of " + std::to_string(group) + " rows");
+
+  // One workload per group: the sum over its rows.
+  std::vector<int64_t> workloads(static_cast<size_t>(num_groups), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    workloads[static_cast<size_t>(r / group)] += calculate_workload(seq_len_effective[static_cast<size_t>(r)]);
+  auto partitions = get_seqlen_balanced_partitions(workloads, count, /*equal_size=*/false);
+  for (auto& p : partitions) {  // group indices -> row indices
+    std::vector<int64_t> row_idx;
+    row_idx.reserve(p.size() * static_cast<size_t>(group));
+    for (int64_t g : p)
+      for (int64_t r = g * group; r < (g + 1) * group; ++r) row_idx.push_back(r);
+    p = std::move(row_idx);
+  }
+  if (!options.use_dynamic_bsz_balance) return partitions;
+  // Each group counts once, through its first row.
+  return order_by_workload_heaviest_in_middle(
+      std::move(partitions), [&](int64_t r) { return r % group == 0 ? workloads[static_cast<size_t>(r / group)] : 0; });
 }
 
 int64_t ceildiv(int64_t a, int64_t b) {
   if (b <= 0) throw ValueError("ceildiv: divisor must be positive, got " + std::to_string(b));
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+int64_t roundup_divisible(int64_t a, int64_t b) {
+  if (b <= 0) throw ValueError("roundup_divisible: divisor must be positive, got " + std::to_string(b));
+  return ceildiv(a, b) * b;
 }
 
 }  // namespace hyflow::parallel::seqlen_balancing

@@ -108,6 +108,7 @@ TEST_CASE("math_dapo compute_score: last 'Answer:' line, ±1 with acc and pred")
   REQUIRE(math_dapo::compute_score("no final line", "2").extra_info.at("pred") == "[INVALID]");
   REQUIRE(math_dapo::compute_score("so \\boxed{42}", "42", true).score == 1.0);
   REQUIRE(math_dapo::compute_score("so \\boxed{42.0}", "42", true).score == -1.0);
+  REQUIRE(math_dapo::compute_score("so 42", "42", true).extra_info.at("pred").is_null());
   REQUIRE(math_dapo::is_correct_minerva("Answer: 3", "\\boxed{3}", true).first);
 }
 
@@ -147,7 +148,11 @@ TEST_CASE("countdown evaluator: arithmetic only, no power, no division by zero")
 
 TEST_CASE("default_compute_score routes by data_source and names unknown ones") {
   REQUIRE(default_compute_score("openai/gsm8k", "#### 7", "7").score == 1.0);
-  REQUIRE(default_compute_score("openai/gsm8k", "so 7", "7", Json{{"method", "flexible"}}).score == 1.0);
+  // verl's names in extra_info are data, not options: "method" is ignored, as in verl
+  REQUIRE(default_compute_score("openai/gsm8k", "so 7", "7", Json{{"method", "flexible"}}).score == 0.0);
+  REQUIRE(default_compute_score("openai/gsm8k", "so 7", "7", Json{{"hyflow_gsm8k_method", "flexible"}}).score == 1.0);
+  REQUIRE_THROWS_AS(default_compute_score("openai/gsm8k", "#### 7", "7", Json{{"hyflow_gsm8k_method", 1}}),
+                    hyflow::ValueError);
   REQUIRE(default_compute_score("lighteval/MATH", "\\boxed{7}", "7").score == 1.0);
   REQUIRE(default_compute_score("HuggingFaceH4/MATH-500", "\\boxed{7}", "8").score == 0.0);
   auto dapo = default_compute_score("aime2024", "Answer: 7", "7");

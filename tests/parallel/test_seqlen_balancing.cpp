@@ -99,6 +99,49 @@ TEST_CASE("bad partition requests are ValueErrors naming the counts") {
   CHECK_THROWS_AS(log_seqlen_unbalance({1, 2}, {{0}, {5}}, "x"), hyflow::ValueError);
 }
 
+TEST_CASE("rearrange_micro_batches: count from the token budget, KK partition, optional balancing order") {
+  // Σ = 19 tokens, budget 8: 3 micro-batches. Workloads 24576·s + s² keep the lengths' order:
+  // KK pairs 8 with 5 and 3, then 2 joins {3}, then 1 joins {3,2}: {8}, {3,2,1}, {5}.
+  const std::vector<int64_t> lens{5, 3, 8, 1, 2};
+  RearrangeOptions kk_order;
+  kk_order.use_dynamic_bsz_balance = false;
+  CHECK(rearrange_micro_batches(lens, 8, 8, kk_order) == Parts{{2}, {1, 3, 4}, {0}});
+  // balanced: by workload descending {8}, {3,2,1}, {5}; evens reversed, then odds
+  CHECK(rearrange_micro_batches(lens, 8, 8) == Parts{{0}, {2}, {1, 3, 4}});
+  CHECK(rearrange_micro_batches(lens, 8, 8) == dynamic_micro_batch_partitions(calculate_workload(lens), 3));
+  // pairs of rows stay together
+  RearrangeOptions pairs = kk_order;
+  pairs.force_group_size = 2;
+  CHECK(rearrange_micro_batches({5, 3, 8, 1, 2, 4}, 8, 8, pairs) == Parts{{2, 3}, {0, 1}, {4, 5}});
+  // 3 micro-batches rounded up to a multiple of 4 (virtual pipeline size)
+  RearrangeOptions vpp = kk_order;
+  vpp.num_batches_divided_by = 4;
+  CHECK(rearrange_micro_batches({5, 3, 8, 1}, 8, 8, vpp).size() == 4);
+  // the count agreed with the other ranks is used
+  RearrangeOptions synced;
+  synced.sync_num_micro_batches = [](int64_t n) { return n + 1; };
+  CHECK(rearrange_micro_batches(lens, 8, 8, synced).size() == 4);
+}
+
+TEST_CASE("rearrange_micro_batches refuses what verl asserts against") {
+  CHECK_THROWS_WITH(rearrange_micro_batches({1, 2}, 4, 5), Catch::Contains("max_token_len 4"));
+  RearrangeOptions pairs;
+  pairs.force_group_size = 2;
+  CHECK_THROWS_WITH(rearrange_micro_batches({1, 2, 3}, 8, 8, pairs), Catch::Contains("force_group_size 2"));
+  RearrangeOptions too_many;
+  too_many.min_num_micro_batch = 3;
+  CHECK_THROWS_AS(rearrange_micro_batches({1, 2}, 8, 8, too_many), hyflow::ValueError);
+  CHECK_THROWS_AS(rearrange_micro_batches({}, 8, 8), hyflow::ValueError);
+}
+
+TEST_CASE("roundup_divisible rounds up to a multiple") {
+  CHECK(roundup_divisible(7, 4) == 8);
+  CHECK(roundup_divisible(8, 4) == 8);
+  CHECK(roundup_divisible(0, 4) == 0);
+  CHECK(roundup_divisible(-5, 4) == -4);
+  CHECK_THROWS_AS(roundup_divisible(1, 0), hyflow::ValueError);
+}
+
 TEST_CASE("ceildiv rounds up") {
   CHECK(ceildiv(7, 3) == 3);
   CHECK(ceildiv(6, 3) == 2);

@@ -392,17 +392,21 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
   if (use_critic) {
     Timer t(m, "update_critic");
     DataProto out = critic->call(&CriticWorker::update_critic, batch);
-    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = algos::metric_utils::reduce_metric(k, v);
+    for (const auto& [k, v] : algos::metric_utils::reduce_metrics(out.meta_info.at("metrics"))) m[k] = v;
   }
   if (config.get_int("trainer.critic_warmup") <= global_step) {
     Timer t(m, "update_actor");
     DataProto out = actor->call(&ActorRolloutRefWorker::update_actor, batch);
-    for (const auto& [k, v] : out.meta_info.at("metrics").items()) m[k] = algos::metric_utils::reduce_metric(k, v);
+    for (const auto& [k, v] : algos::metric_utils::reduce_metrics(out.meta_info.at("metrics"))) m[k] = v;
   }
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   m["timing_s/step"] = step_s;
-  algos::metric_utils::compute_data_metrics(batch, use_critic, m);
-  algos::metric_utils::compute_timing_and_throughput_metrics(batch, world, m);
+  std::map<std::string, double> timing_raw;
+  for (const auto& [k, v] : m.items())
+    if (k.rfind("timing_s/", 0) == 0) timing_raw[k.substr(9)] = v.get<double>();
+  m.update(algos::metric_utils::compute_data_metrics(batch, use_critic));
+  m.update(algos::metric_utils::compute_timing_metrics(batch, timing_raw));
+  m.update(algos::metric_utils::compute_throughout_metrics(batch, timing_raw, world));
   m["training/global_step"] = global_step;
   m["training/epoch"] = epoch;
   return m;

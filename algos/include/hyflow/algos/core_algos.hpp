@@ -264,6 +264,33 @@ PolicyLossOutput compute_policy_loss_cispo(const at::Tensor& old_log_prob, const
                                              const std::string& loss_agg_mode, const ActorConfig& config,
                                              const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
 
+/// REINFORCE (verl's compute_policy_loss_reinforce, the "reinforce" loss of bypass mode):
+/// L = agg(-A·log_prob·w) with w = rollout_is_weights when given; no ratio, no clipping. Metric
+/// actor/ppo_kl = masked_mean(rollout_log_prob - log_prob). Not a registered loss mode, as in
+/// verl. verl's default aggregation here is "seq-mean-token-sum".
+PolicyLossOutput compute_policy_loss_reinforce(const at::Tensor& rollout_log_prob, const at::Tensor& log_prob,
+                                               const at::Tensor& advantages, const at::Tensor& response_mask,
+                                               const std::string& loss_agg_mode, const ActorConfig& config,
+                                               const std::optional<at::Tensor>& rollout_is_weights = std::nullopt);
+
+/// The four tensors of verl's deprecated compute_policy_loss.
+struct LegacyPolicyLossOutput {
+  at::Tensor pg_loss;
+  at::Tensor pg_clipfrac;
+  at::Tensor ppo_kl;
+  at::Tensor pg_clipfrac_lower;
+};
+
+/// verl's legacy (deprecated) compute_policy_loss: the vanilla PPO objective with explicit
+/// clip ranges (cliprange_low/high default to cliprange; hyflow::ValueError when neither is
+/// set) and agg_loss without global-batch normalisers. No IS weights.
+LegacyPolicyLossOutput compute_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                           const at::Tensor& advantages, const at::Tensor& response_mask,
+                                           std::optional<double> cliprange = std::nullopt,
+                                           std::optional<double> cliprange_low = std::nullopt,
+                                           std::optional<double> cliprange_high = std::nullopt,
+                                           double clip_ratio_c = 3.0, const std::string& loss_agg_mode = "token-mean");
+
 /// Registers a policy loss under `name` (replaces an existing one, as verl does).
 void register_policy_loss(const std::string& name, PolicyLossFn fn);
 /// Built-ins: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, cispo. Unknown names:

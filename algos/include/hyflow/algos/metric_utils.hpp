@@ -4,6 +4,8 @@
 // bootstrapped best@n / worst@n / maj@n, averaged over prompts; then split into val-core/*
 // and val-aux/* as ray_trainer._validate does. The bootstrap draws indices exactly as numpy's
 // RandomState(seed).choice(n, size=(n_bootstrap, n)) does, so the figures equal verl's.
+// Also the training metrics: compute_data_metrics, compute_timing_metrics,
+// compute_throughout_metrics and reduce_metrics.
 
 #include <nlohmann/json.hpp>
 
@@ -52,18 +54,36 @@ ValidationMetrics process_validation_metrics(const std::vector<std::string>& dat
 /// or best at the largest n; everything else under "val-aux/".
 nlohmann::json validation_metric_sections(const ValidationMetrics& metrics);
 
-/// verl's compute_data_metrics into `metrics`: critic/score|rewards|advantages|returns|values
-/// /{mean,max,min}, critic/vf_explained_var (with a critic), response_length/{mean,max,min,
-/// clip_ratio}, prompt_length/{mean,max,min,clip_ratio}.
-void compute_data_metrics(const dataproto::DataProto& batch, bool use_critic, nlohmann::json& metrics);
-/// verl's compute_timing_metrics and compute_throughout_metrics from the timing_s/* entries
-/// already in `metrics`: timing_per_token_ms/*, perf/total_num_tokens, perf/time_per_step,
-/// perf/throughput (tokens per second per rank over `world` ranks).
-void compute_timing_and_throughput_metrics(const dataproto::DataProto& batch, int64_t world,
-                                           nlohmann::json& metrics);
-/// Reduces one metric's values gathered from the workers (nested per rank) like verl's
-/// reduce_metrics: names containing "max" take the max, then "min" the min, else the mean.
-/// ValueError naming the metric when it holds a non-number or no value.
-double reduce_metric(const std::string& name, const nlohmann::json& values);
+/// verl's compute_data_metrics. Reads token_level_scores, token_level_rewards, advantages,
+/// returns, response_mask, responses, attention_mask (and values with a critic); statistics are
+/// computed in the tensors' dtype, as verl's torch calls do. Keys: critic/score and
+/// critic/rewards /{mean,max,min} over the non-aborted rows (response length > 0, from
+/// attention_mask); critic/advantages, critic/returns (and critic/values) /{mean,max,min} over
+/// response_mask; critic/vf_explained_var with a critic; response_length/{mean,max,min,
+/// clip_ratio} over all rows; response_length_non_aborted/{mean,max,min,clip_ratio};
+/// response/aborted_ratio; prompt_length/{mean,max,min,clip_ratio}; num_turns/{min,max,mean}
+/// and tool_call_counts/{min,max,mean} when the non-tensor columns "__num_turns__" and
+/// "tool_call_counts" exist. ValueError when every response is empty (verl raises too) or a
+/// masked selection is empty; KeyError naming a missing tensor.
+nlohmann::json compute_data_metrics(const dataproto::DataProto& batch, bool use_critic = true);
+
+/// verl's compute_timing_metrics: timing_s/{name} for every entry of `timing_raw` (seconds),
+/// and timing_per_token_ms/{name} for gen (per response token) and ref, values, adv,
+/// update_critic, update_actor (per prompt + response token) where timed. ValueError when a
+/// timed section has no tokens to divide by.
+nlohmann::json compute_timing_metrics(const dataproto::DataProto& batch,
+                                      const std::map<std::string, double>& timing_raw);
+
+/// verl's compute_throughout_metrics (verl's spelling): perf/total_num_tokens = Σ
+/// meta_info["global_token_num"], perf/time_per_step = timing_raw["step"], perf/throughput =
+/// tokens / (time · n_gpus). KeyError naming a missing key.
+nlohmann::json compute_throughout_metrics(const dataproto::DataProto& batch,
+                                          const std::map<std::string, double>& timing_raw, int64_t n_gpus);
+
+/// verl's reduce_metrics on a JSON object name -> values (a number or a list, nested lists
+/// flattened, booleans as 0/1): names containing "max" take the max, else names containing
+/// "min" the min, else the mean (NaN for no values, as numpy). ValueError naming the metric
+/// for a non-number, or for max/min of no values (numpy raises).
+std::map<std::string, double> reduce_metrics(const nlohmann::json& metrics);
 
 }  // namespace hyflow::algos::metric_utils

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,16 +51,27 @@ namespace math_dapo {
 /// The last "\boxed{...}" only.
 std::optional<std::string> last_boxed_only_string(const std::string& string);
 std::string remove_boxed(const std::string& s);
-/// Minerva answer normalisation (DAPO).
+/// Minerva answer normalisation (DAPO), on code points with Python's str and re semantics.
 std::string normalize_final_answer(const std::string& final_answer);
-/// Last "Answer: ..." line (case-insensitive), normalised, against normalize(gt).
+/// Last "Answer: ..." line (case-insensitive, as Python's re), normalised, against
+/// normalize(gt); "[INVALID]" (normalised) when there is none.
 std::pair<bool, std::string> is_correct_minerva(const std::string& solution_str, const std::string& gt,
                                                 bool gt_need_extract = false);
-/// Boxed answer in the last 100 characters compared verbatim with gt.
-std::pair<bool, std::string> is_correct_strict_box(const std::string& pred, const std::string& gt);
-/// On the last 300 characters: score +1/-1, extra_info {acc, pred}.
+/// The boxed answer in the last 100 characters (or in pred[pause_tokens_index[3] - 100:],
+/// Python slice semantics) compared verbatim with gt: {1 or -1, the answer}; the answer is
+/// nullopt when there is no "\boxed{...}". pause_tokens_index must hold 4 indices.
+std::pair<int, std::optional<std::string>> is_correct_strict_box(
+    const std::string& pred, const std::string& gt,
+    const std::optional<std::vector<int64_t>>& pause_tokens_index = std::nullopt);
+/// strict_box_verify ? is_correct_strict_box : is_correct_minerva, as {correct, pred}.
+std::pair<bool, std::optional<std::string>> verify(
+    const std::string& solution_str, const std::string& answer, bool strict_box_verify = false,
+    const std::optional<std::vector<int64_t>>& pause_tokens_index = std::nullopt);
+/// On the last 300 characters: score +1/-1, extra_info {acc, pred}; pred is null when the
+/// strict-box check finds no boxed answer.
 ScoreResult compute_score(const std::string& solution_str, const std::string& ground_truth,
-                          bool strict_box_verify = false);
+                          bool strict_box_verify = false,
+                          const std::optional<std::vector<int64_t>>& pause_tokens_index = std::nullopt);
 }  // namespace math_dapo
 
 namespace arithmetic {
@@ -87,7 +99,8 @@ double compute_score(const std::string& solution_str, const nlohmann::json& grou
 /// Routes by data_source: openai/gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval,
 /// HuggingFaceH4/MATH-500; math_dapo, math, math_dapo_reasoning, aime*; arithmetic;
 /// countdown. Unknown or unavailable data sources: hyflow::KeyError naming it.
-/// `extra_info` may carry "method" (gsm8k strict|flexible).
+/// hyflow extension: extra_info["hyflow_gsm8k_method"] ("strict" | "flexible") picks the
+/// gsm8k method (verl always uses strict); verl's own keys are never read.
 ScoreResult default_compute_score(const std::string& data_source, const std::string& solution_str,
                                   const nlohmann::json& ground_truth,
                                   const nlohmann::json& extra_info = nlohmann::json());

@@ -41,6 +41,10 @@ at::Tensor entropy_from_logits_with_chunking(const at::Tensor& logits, int64_t c
 /// float32/float64: gather - logsumexp; other dtypes: row-wise log_softmax in that dtype.
 at::Tensor logprobs_from_logits(const at::Tensor& logits, const at::Tensor& labels);
 
+/// verl's logprobs_from_logits_naive: log_softmax over the last dim in the logits' dtype, then
+/// the labels' entries. Same shapes as logprobs_from_logits.
+at::Tensor logprobs_from_logits_naive(const at::Tensor& logits, const at::Tensor& labels);
+
 /// Σ_v softmax(logits)² over the last dim (input of the optimal token baseline).
 at::Tensor calculate_sum_pi_squared_from_logits(const at::Tensor& logits);
 
