@@ -1,32 +1,14 @@
 // Name -> function registries for advantage estimators and policy losses (verl's
 // register_adv_est / register_policy_loss), pre-filled with the built-ins.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/named_registry.hpp>
 #include <hyflow/algos/core_algos.hpp>
 
 #include <map>
-#include <mutex>
-#include <sstream>
 #include <string>
 
 namespace hyflow::algos::core_algos {
 namespace {
-
-template <class Fn>
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, Fn> table;
-};
-
-template <class Fn>
-std::string known_names(const std::map<std::string, Fn>& table) {
-  std::ostringstream out;
-  const char* sep = "";
-  for (const auto& [name, fn] : table) {
-    out << sep << name;
-    sep = ", ";
-  }
-  return out.str();
-}
 
 const std::vector<std::string>& require_index(const AdvantageInputs& in, const char* name) {
   if (!in.index) throw KeyError(std::string("advantage estimator '") + name + "' needs `index` (the uid column)");
@@ -113,13 +95,13 @@ std::map<std::string, PolicyLossFn> builtin_policy_losses() {
   return t;
 }
 
-Registry<AdvEstimatorFn>& estimators() {
-  static Registry<AdvEstimatorFn> registry{{}, builtin_estimators()};
+NamedRegistry<AdvEstimatorFn>& estimators() {
+  static NamedRegistry<AdvEstimatorFn> registry("advantage estimator", builtin_estimators());
   return registry;
 }
 
-Registry<PolicyLossFn>& policy_losses() {
-  static Registry<PolicyLossFn> registry{{}, builtin_policy_losses()};
+NamedRegistry<PolicyLossFn>& policy_losses() {
+  static NamedRegistry<PolicyLossFn> registry("policy loss mode", builtin_policy_losses());
   return registry;
 }
 
@@ -127,55 +109,31 @@ Registry<PolicyLossFn>& policy_losses() {
 
 void register_adv_est(const std::string& name, AdvEstimatorFn fn, bool overwrite) {
   if (!fn) throw ValueError("register_adv_est: empty function for '" + name + "'");
-  auto& r = estimators();
-  std::lock_guard lock(r.mutex);
-  if (!overwrite && r.table.count(name)) {
-    throw ValueError("register_adv_est: advantage estimator '" + name + "' is already registered");
-  }
-  r.table[name] = std::move(fn);
+  if (overwrite)
+    estimators().set(name, std::move(fn));
+  else
+    estimators().add(name, std::move(fn));
 }
 
 AdvEstimatorFn get_adv_estimator_fn(const std::string& name) {
-  auto& r = estimators();
-  std::lock_guard lock(r.mutex);
-  auto it = r.table.find(name);
-  if (it == r.table.end()) {
-    throw KeyError("unknown advantage estimator '" + name + "' (registered: " + known_names(r.table) + ")");
-  }
-  return it->second;
+  return estimators().get(name);
 }
 
 std::vector<std::string> registered_adv_estimators() {
-  auto& r = estimators();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, fn] : r.table) names.push_back(name);
-  return names;
+  return estimators().names();
 }
 
 void register_policy_loss(const std::string& name, PolicyLossFn fn) {
   if (!fn) throw ValueError("register_policy_loss: empty function for '" + name + "'");
-  auto& r = policy_losses();
-  std::lock_guard lock(r.mutex);
-  r.table[name] = std::move(fn);
+  policy_losses().set(name, std::move(fn));  // verl's register_policy_loss replaces
 }
 
 PolicyLossFn get_policy_loss_fn(const std::string& name) {
-  auto& r = policy_losses();
-  std::lock_guard lock(r.mutex);
-  auto it = r.table.find(name);
-  if (it == r.table.end()) {
-    throw KeyError("unsupported policy loss mode '" + name + "' (registered: " + known_names(r.table) + ")");
-  }
-  return it->second;
+  return policy_losses().get(name);
 }
 
 std::vector<std::string> registered_policy_losses() {
-  auto& r = policy_losses();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, fn] : r.table) names.push_back(name);
-  return names;
+  return policy_losses().names();
 }
 
 }  // namespace hyflow::algos::core_algos

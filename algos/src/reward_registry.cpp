@@ -1,12 +1,10 @@
 // default_compute_score routing (verl reward_score/__init__.py) and the registry of named
 // reward functions.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/named_registry.hpp>
 #include <hyflow/algos/reward_score.hpp>
 
 #include <array>
-#include <map>
-#include <mutex>
-#include <sstream>
 
 namespace hyflow::algos::reward_score {
 namespace {
@@ -31,13 +29,8 @@ std::string text_of(const nlohmann::json& ground_truth, const std::string& data_
                    "' needs a string ground_truth, got " + ground_truth.dump());
 }
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, ComputeScoreFn> table{{"default", default_compute_score}};
-};
-
-Registry& registry() {
-  static Registry r;
+NamedRegistry<ComputeScoreFn>& registry() {
+  static NamedRegistry<ComputeScoreFn> r("reward function", {{"default", default_compute_score}});
   return r;
 }
 
@@ -79,36 +72,18 @@ ScoreResult default_compute_score(const std::string& data_source, const std::str
 
 void register_compute_score(const std::string& name, ComputeScoreFn fn, bool overwrite) {
   if (!fn) throw ValueError("register_compute_score: empty function for '" + name + "'");
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  if (!overwrite && r.table.count(name)) {
-    throw ValueError("register_compute_score: reward function '" + name + "' is already registered");
-  }
-  r.table[name] = std::move(fn);
+  if (overwrite)
+    registry().set(name, std::move(fn));
+  else
+    registry().add(name, std::move(fn));
 }
 
 ComputeScoreFn get_compute_score(const std::string& name) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.table.find(name);
-  if (it == r.table.end()) {
-    std::ostringstream known;
-    const char* sep = "";
-    for (const auto& [n, fn] : r.table) {
-      known << sep << n;
-      sep = ", ";
-    }
-    throw KeyError("unknown reward function '" + name + "' (registered: " + known.str() + ")");
-  }
-  return it->second;
+  return registry().get(name);
 }
 
 std::vector<std::string> registered_compute_scores() {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [n, fn] : r.table) names.push_back(n);
-  return names;
+  return registry().names();
 }
 
 }  // namespace hyflow::algos::reward_score
