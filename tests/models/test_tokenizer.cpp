@@ -52,13 +52,13 @@ TEST_CASE("invalid UTF-8 bytes survive encoding and decode to the replacement ch
   CHECK(qwen().decode(ids) == "ok\xEF\xBF\xBD\xEF\xBF\xBD!");
 }
 
-TEST_CASE("the ChatML template renders Qwen's chat format") {
+TEST_CASE("the Qwen2.5 chat template is the default: its system turn, then ChatML turns") {
   const std::string expected =
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
       "<|im_start|>assistant\n";
   CHECK(apply_chatml({{"system", "You are a helpful assistant."}, {"user", "What is 2+2?"}}) == expected);
-  CHECK(apply_chatml({{"user", "What is 2+2?"}}, {.default_system = "You are a helpful assistant."}) == expected);
   CHECK(apply_chatml({{"user", "hi"}, {"assistant", "hello"}}, {.add_generation_prompt = false}) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
   CHECK_THROWS_WITH(apply_chatml({{"robot", "x"}}), Catch::Contains("robot"));
 }
