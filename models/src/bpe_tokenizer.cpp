@@ -172,34 +172,39 @@ BpeTokenizer::BpeTokenizer(const Json& j, const std::string& source) {
     if (id < 0 || id > (int64_t{1} << 31)) fail("token '" + token + "' has invalid id " + std::to_string(id));
     if (static_cast<size_t>(id) >= id_to_token_.size()) id_to_token_.resize(static_cast<size_t>(id) + 1);
     id_to_token_[static_cast<size_t>(id)] = token;
-    token_to_id_[token] = id;
+    token_to_id_.insert_or_assign(token, id);
   };
+  const size_t n_added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0;
+  token_to_id_.reserve(model["vocab"].size() + n_added);
+  id_to_token_.reserve(model["vocab"].size() + n_added);
+  merges_.reserve(model["merges"].size());
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) fail("model.vocab['" + token + "'] is not an integer");
     add_token(token, id.get<int64_t>());
   }
 
   int64_t rank = 0;
+  std::string left, right, joined;
   for (const auto& m : model["merges"]) {
-    std::string left, right;
     if (m.is_string()) {
-      const auto s = m.get<std::string>();
+      const auto& s = m.get_ref<const std::string&>();
       const auto space = s.find(' ');
       if (space == std::string::npos) fail("merge " + std::to_string(rank) + " '" + s + "' has no space");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
+      left.assign(s, 0, space);
+      right.assign(s, space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     } else {
       fail("merge " + std::to_string(rank) + " must be \"a b\" or [a, b]");
     }
-    auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(left + right);
+    joined.assign(left).append(right);
+    auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(joined);
     if (l == token_to_id_.end() || r == token_to_id_.end() || merged == token_to_id_.end()) {
       fail("merge " + std::to_string(rank) + " ('" + left + "', '" + right + "') uses tokens missing from the vocab");
     }
     const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second);
-    merges_.try_emplace(key, Merge{rank, merged->second});
+    merges_.insert_or_assign(key, Merge{rank, merged->second});  // a repeated pair: the last rank, like the reference
     ++rank;
   }
   for (int b = 0; b < 256; ++b) {
@@ -228,7 +233,7 @@ BpeTokenizer::BpeTokenizer(const Json& j, const std::string& source) {
       }
       a.pattern = a.normalized ? normalizer_->normalize(a.content) : a.content;
       add_token(a.content, a.id);
-      if (!a.pattern.empty()) added_.push_back(std::move(a));
+      added_.push_back(std::move(a));  // one normalized to nothing is never matched
     }
   }
   std::stable_sort(added_.begin(), added_.end(),
@@ -389,14 +394,16 @@ void BpeTokenizer::split_added(std::string_view text, bool normalized, OnText&& 
   std::array<bool, 256> first_byte{};
   bool any = false;
   for (const auto& a : added_) {
-    if (a.normalized == normalized) first_byte[static_cast<unsigned char>(a.pattern[0])] = any = true;
+    if (a.normalized == normalized && !a.pattern.empty()) {
+      first_byte[static_cast<unsigned char>(a.pattern[0])] = any = true;
+    }
   }
   size_t plain_start = 0;
   for (size_t pos = 0; any && pos < text.size(); ++pos) {
     if (!first_byte[static_cast<unsigned char>(text[pos])]) continue;
     const AddedToken* hit = nullptr;
     for (const auto& a : added_) {  // longest first: the leftmost longest match
-      if (a.normalized == normalized && text.compare(pos, a.pattern.size(), a.pattern) == 0) {
+      if (a.normalized == normalized && !a.pattern.empty() && text.compare(pos, a.pattern.size(), a.pattern) == 0) {
         hit = &a;
         break;
       }

@@ -157,7 +157,7 @@ TEST_CASE("NFC, NFD, NFKC and NFKD normalize each code point like the reference 
   report("normalization probes", agree, total);
 }
 
-TEST_CASE("tokenizer variants (normalizers, normalized added tokens, Llama 3 split) encode like the reference") {
+TEST_CASE("tokenizer variants (normalizers, added tokens, a repeated merge, Llama 3 split) encode like the reference") {
   size_t agree = 0, total = 0;
   for (const auto& v : reference()["variants"]) {
     const auto name = v["name"].get<std::string>();
@@ -168,6 +168,9 @@ TEST_CASE("tokenizer variants (normalizers, normalized added tokens, Llama 3 spl
       for (const auto& t : v["added_tokens"]) j["added_tokens"].push_back(t);
     }
     if (v.contains("pattern")) j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = v["pattern"];
+    if (v.contains("repeat_merge")) {
+      j["model"]["merges"].push_back(j["model"]["merges"][v["repeat_merge"].get<size_t>()]);
+    }
     std::optional<BpeTokenizer> tok;
     CHECK_NOTHROW(tok.emplace(j, name));
     for (const auto& c : v["cases"]) {

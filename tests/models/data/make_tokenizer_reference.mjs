@@ -180,6 +180,8 @@ const variants = [
     normalizer: { type: "NFD" },
     added_tokens: [addedToken(151665, "\u00C5X", false), addedToken(151666, "\u00E9<", true)],
   },
+  // The first merge (Qwen2.5: "Ġ Ġ") listed again at the end: the reference keeps the last rank.
+  { name: "a merge listed twice", repeat_merge: 0 },
   {
     name: "Llama 3 split pattern",
     pattern: baseJson.pre_tokenizer.pretokenizers[0].pattern.Regex.replace("\\p{N}|", "\\p{N}{1,3}|"),
@@ -190,6 +192,7 @@ for (const v of variants) {
   if ("normalizer" in v) j.normalizer = v.normalizer;
   if (v.added_tokens) j.added_tokens.push(...v.added_tokens);
   if (v.pattern) j.pre_tokenizer.pretokenizers[0].pattern.Regex = v.pattern;
+  if ("repeat_merge" in v) j.model.merges.push(j.model.merges[v.repeat_merge]);
   const tok = Tokenizer.fromString(JSON.stringify(j));
   v.cases = [];
   for (const text of variantTexts) v.cases.push({ text, ids: await encode(tok, text) });
