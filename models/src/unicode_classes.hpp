@@ -11,9 +11,6 @@
 
 namespace hyflow::models::unicode {
 
-/// The Unicode version of the tables.
-inline constexpr const char* kUnicodeVersion = "16.0.0";
-
 /// A decoded code point and the byte range it came from. A maximal invalid subpart decodes as
 /// one U+FFFD (classified as "other") spanning its original bytes.
 struct Codepoint {
