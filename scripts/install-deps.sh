@@ -12,6 +12,7 @@ packages=(
   catch2                  # test framework (v2)
   libboost-program-options-dev
   nlohmann-json3-dev
+  libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer
   libgloo-dev
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run

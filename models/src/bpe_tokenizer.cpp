@@ -2,11 +2,15 @@
 
 #include <hyflow/core/error.hpp>
 
+#include "normalizer.hpp"
 #include "unicode_classes.hpp"
 
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <mutex>
+#include <queue>
+#include <shared_mutex>
 
 namespace hyflow::models {
 namespace {
@@ -44,9 +48,16 @@ const ByteMap& byte_map() {
   return map;
 }
 
-char32_t lower_ascii(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
-bool is_newline(char32_t c) { return c == '\r' || c == '\n'; }
-bool is_other(char32_t c) { return !unicode::is_space(c) && !unicode::is_letter(c) && !unicode::is_number(c); }
+// The regex's (?i:...) compares case-folded characters: U+017F (long s) matches 's'.
+char32_t fold(char32_t c) {
+  return unicode::simple_fold(c);
+}
+bool is_newline(char32_t c) {
+  return c == '\r' || c == '\n';
+}
+bool is_other(char32_t c) {
+  return !unicode::is_space(c) && !unicode::is_letter(c) && !unicode::is_number(c);
+}
 
 // Length (in code points) of the regex match at i; the alternatives in pattern order.
 size_t match_at(const std::vector<Codepoint>& cps, size_t i, int64_t max_digits) {
@@ -54,10 +65,10 @@ size_t match_at(const std::vector<Codepoint>& cps, size_t i, int64_t max_digits)
   auto cp = [&](size_t k) { return cps[k].value; };
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)
   if (cp(i) == '\'' && i + 1 < n) {
-    const char32_t a = lower_ascii(cp(i + 1));
+    const char32_t a = fold(cp(i + 1));
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
     if (i + 2 < n) {
-      const char32_t b = lower_ascii(cp(i + 2));
+      const char32_t b = fold(cp(i + 2));
       if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
     }
   }
@@ -145,70 +156,90 @@ BpeTokenizer::BpeTokenizer(const Json& j, const std::string& source) {
   if (model.value("type", "") != "BPE") fail("model.type must be \"BPE\"");
   if (!model.contains("vocab") || !model["vocab"].is_object()) fail("missing object 'model.vocab'");
   if (!model.contains("merges") || !model["merges"].is_array()) fail("missing array 'model.merges'");
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() &&
+        !(model[key].is_string() && model[key].get<std::string>().empty())) {
+      fail(std::string("model.") + key + " is not supported (null only)");
+    }
+  }
   if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() && model["byte_fallback"].get<bool>()) {
     fail("model.byte_fallback is not supported (byte-level BPE only)");
   }
-  ignore_merges_ = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
-                   model["ignore_merges"].get<bool>();
+  ignore_merges_ =
+      model.contains("ignore_merges") && model["ignore_merges"].is_boolean() && model["ignore_merges"].get<bool>();
 
   auto add_token = [&](const std::string& token, int64_t id) {
     if (id < 0 || id > (int64_t{1} << 31)) fail("token '" + token + "' has invalid id " + std::to_string(id));
     if (static_cast<size_t>(id) >= id_to_token_.size()) id_to_token_.resize(static_cast<size_t>(id) + 1);
     id_to_token_[static_cast<size_t>(id)] = token;
-    token_to_id_[token] = id;
+    token_to_id_.insert_or_assign(token, id);
   };
+  const size_t n_added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0;
+  token_to_id_.reserve(model["vocab"].size() + n_added);
+  id_to_token_.reserve(model["vocab"].size() + n_added);
+  merges_.reserve(model["merges"].size());
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) fail("model.vocab['" + token + "'] is not an integer");
     add_token(token, id.get<int64_t>());
   }
 
   int64_t rank = 0;
+  std::string left, right, joined;
   for (const auto& m : model["merges"]) {
-    std::string left, right;
     if (m.is_string()) {
-      const auto s = m.get<std::string>();
+      const auto& s = m.get_ref<const std::string&>();
       const auto space = s.find(' ');
       if (space == std::string::npos) fail("merge " + std::to_string(rank) + " '" + s + "' has no space");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
+      left.assign(s, 0, space);
+      right.assign(s, space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     } else {
       fail("merge " + std::to_string(rank) + " must be \"a b\" or [a, b]");
     }
-    auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(left + right);
+    joined.assign(left).append(right);
+    auto l = token_to_id_.find(left), r = token_to_id_.find(right), merged = token_to_id_.find(joined);
     if (l == token_to_id_.end() || r == token_to_id_.end() || merged == token_to_id_.end()) {
       fail("merge " + std::to_string(rank) + " ('" + left + "', '" + right + "') uses tokens missing from the vocab");
     }
     const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second);
-    merges_.try_emplace(key, Merge{rank, merged->second});
+    merges_.insert_or_assign(key, Merge{rank, merged->second});  // a repeated pair: the last rank, like the reference
     ++rank;
   }
   for (int b = 0; b < 256; ++b) {
-    if (!token_to_id_.count(byte_map().encode[static_cast<size_t>(b)])) {
-      fail("the vocab lacks the byte-level token for byte " + std::to_string(b));
-    }
+    auto it = token_to_id_.find(byte_map().encode[static_cast<size_t>(b)]);
+    if (it == token_to_id_.end()) fail("the vocab lacks the byte-level token for byte " + std::to_string(b));
+    byte_ids_[static_cast<size_t>(b)] = it->second;
   }
+
+  // Normalizer: applied between the added tokens whose `normalized` is false.
+  normalizer_ = std::make_shared<const Normalizer>(j.contains("normalizer") ? j["normalizer"] : Json(), source);
 
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& t : j["added_tokens"]) {
-      if (!t.contains("content") || !t.contains("id")) fail("added_tokens entries need content and id");
-      AddedToken a{t["content"].get<std::string>(), t["id"].get<int64_t>(), t.value("special", false)};
+      if (!t.is_object() || !t.contains("content") || !t["content"].is_string() || !t.contains("id") ||
+          !t["id"].is_number_integer()) {
+        fail("added_tokens entries need a string 'content' and an integer 'id'");
+      }
+      const bool special = t.value("special", false);
+      AddedToken a{
+          t["content"].get<std::string>(), {}, t["id"].get<int64_t>(), special, t.value("normalized", !special)};
       if (a.content.empty()) fail("added token " + std::to_string(a.id) + " is empty");
+      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+        if (t.value(flag, false)) {
+          fail("added token '" + a.content + "': '" + flag + "' = true is not supported");
+        }
+      }
+      a.pattern = a.normalized ? normalizer_->normalize(a.content) : a.content;
       add_token(a.content, a.id);
-      added_.push_back(std::move(a));
+      added_.push_back(std::move(a));  // one normalized to nothing is never matched
     }
   }
   std::stable_sort(added_.begin(), added_.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+                   [](const AddedToken& a, const AddedToken& b) { return a.pattern.size() > b.pattern.size(); });
   for (size_t i = 0; i < added_.size(); ++i) added_by_id_[added_[i].id] = i;
 
-  // Normalizer: NFC is accepted and not applied (input must already be NFC); no others.
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    const auto type = j["normalizer"].value("type", "");
-    if (type != "NFC") fail("normalizer '" + type + "' is not supported (null or NFC)");
-  }
   // Pre-tokenizer: Sequence[Split(pattern, Isolated), ByteLevel(use_regex = false)].
   const auto& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json();
   bool ok = pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
@@ -235,6 +266,7 @@ BpeTokenizer::BpeTokenizer(const Json& j, const std::string& source) {
     fail("decoder '" + j["decoder"].value("type", "") + "' is not supported (ByteLevel)");
   }
   if (auto eos = token_to_id("<|endoftext|>")) eos_id_ = pad_id_ = *eos;
+  cache_ = std::make_shared<WordCache>();
 }
 
 std::optional<int64_t> BpeTokenizer::token_to_id(std::string_view token) const {
@@ -267,89 +299,173 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const
   return pieces;
 }
 
+std::string BpeTokenizer::normalize(std::string_view text) const {
+  return normalizer_->normalize(text);
+}
+
+// Words (byte-level pieces) already merged, like the tokenizers library's BPE cache: at most
+// kCapacity words of at most kMaxWordBytes bytes; when full, new words are not cached.
+struct BpeTokenizer::WordCache {
+  static constexpr size_t kCapacity = 10000, kMaxWordBytes = 256;
+  std::shared_mutex mutex;
+  std::unordered_map<std::string, std::vector<int64_t>> words;
+};
+
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& out) const {
-  std::string mapped;
-  for (unsigned char b : piece) mapped += byte_map().encode[b];
   if (ignore_merges_) {
+    std::string mapped;
+    for (unsigned char b : piece) mapped += byte_map().encode[b];
     if (auto it = token_to_id_.find(mapped); it != token_to_id_.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  std::vector<int64_t> symbols;
-  symbols.reserve(piece.size());
-  for (unsigned char b : piece) symbols.push_back(token_to_id_.at(byte_map().encode[b]));
-  // Merge the lowest-ranked adjacent pair (leftmost on ties) until none is left.
-  while (symbols.size() > 1) {
-    int64_t best_rank = std::numeric_limits<int64_t>::max(), best_id = -1;
-    size_t best_pos = 0;
-    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-      const uint64_t key = (static_cast<uint64_t>(symbols[k]) << 32) | static_cast<uint64_t>(symbols[k + 1]);
-      auto it = merges_.find(key);
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_id = it->second.merged_id;
-        best_pos = k;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best_pos] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  if (piece.size() > WordCache::kMaxWordBytes) {
+    bpe(piece, out);
+    return;
   }
-  out.insert(out.end(), symbols.begin(), symbols.end());
+  const std::string key(piece);
+  {
+    std::shared_lock lock(cache_->mutex);
+    if (auto it = cache_->words.find(key); it != cache_->words.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = out.size();
+  bpe(piece, out);
+  std::unique_lock lock(cache_->mutex);
+  if (cache_->words.size() < WordCache::kCapacity) {
+    cache_->words.try_emplace(key, out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  }
 }
 
-std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<int64_t> ids;
-  size_t plain_start = 0;
-  auto flush_plain = [&](size_t end) {
-    for (const auto& piece : pre_tokenize(text.substr(plain_start, end - plain_start))) encode_piece(piece, ids);
+// Merges the lowest-ranked adjacent pair (leftmost on ties) until none is left, in O(n log n):
+// the symbols form a linked list and the candidate pairs a min-heap on (rank, position);
+// entries whose pair changed since they were pushed are skipped when popped.
+void BpeTokenizer::bpe(std::string_view piece, std::vector<int64_t>& out) const {
+  const size_t n = piece.size();
+  struct Symbol {
+    int64_t id;
+    size_t prev, next;  // n: none
+    bool alive;
   };
-  for (size_t pos = 0; pos < text.size();) {
+  std::vector<Symbol> symbols(n);
+  for (size_t i = 0; i < n; ++i) {
+    symbols[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i == 0 ? n : i - 1, i + 1, true};
+  }
+  struct Candidate {
+    int64_t rank;
+    size_t pos;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto merge_at = [&](size_t pos) -> const Merge* {
+    const size_t next = symbols[pos].next;
+    if (next >= n) return nullptr;
+    const uint64_t key = (static_cast<uint64_t>(symbols[pos].id) << 32) | static_cast<uint64_t>(symbols[next].id);
+    auto it = merges_.find(key);
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  auto push = [&](size_t pos) {
+    if (const Merge* m = merge_at(pos)) heap.push({m->rank, pos});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    if (!symbols[top.pos].alive) continue;
+    const Merge* m = merge_at(top.pos);
+    if (m == nullptr || m->rank != top.rank) continue;  // stale: the pair changed
+    Symbol& left = symbols[top.pos];
+    Symbol& right = symbols[left.next];
+    left.id = m->merged_id;
+    right.alive = false;
+    left.next = right.next;
+    if (left.next < n) symbols[left.next].prev = top.pos;
+    if (left.prev < n) push(left.prev);
+    push(top.pos);
+  }
+  for (size_t i = 0; i < n; i = symbols[i].next) out.push_back(symbols[i].id);
+}
+
+template <typename OnText, typename OnToken>
+void BpeTokenizer::split_added(std::string_view text, bool normalized, OnText&& on_text, OnToken&& on_token) const {
+  std::array<bool, 256> first_byte{};
+  bool any = false;
+  for (const auto& a : added_) {
+    if (a.normalized == normalized && !a.pattern.empty()) {
+      first_byte[static_cast<unsigned char>(a.pattern[0])] = any = true;
+    }
+  }
+  size_t plain_start = 0;
+  for (size_t pos = 0; any && pos < text.size(); ++pos) {
+    if (!first_byte[static_cast<unsigned char>(text[pos])]) continue;
     const AddedToken* hit = nullptr;
-    for (const auto& a : added_) {  // longest first
-      if (text.compare(pos, a.content.size(), a.content) == 0) {
+    for (const auto& a : added_) {  // longest first: the leftmost longest match
+      if (a.normalized == normalized && !a.pattern.empty() && text.compare(pos, a.pattern.size(), a.pattern) == 0) {
         hit = &a;
         break;
       }
     }
-    if (!hit) {
-      ++pos;
-      continue;
-    }
-    flush_plain(pos);
-    ids.push_back(hit->id);
-    pos += hit->content.size();
-    plain_start = pos;
+    if (!hit) continue;
+    if (pos > plain_start) on_text(text.substr(plain_start, pos - plain_start));
+    on_token(hit->id);
+    plain_start = pos + hit->pattern.size();
+    pos = plain_start - 1;
   }
-  flush_plain(text.size());
+  if (plain_start < text.size()) on_text(text.substr(plain_start));
+}
+
+void BpeTokenizer::encode_text(std::string_view text, std::vector<int64_t>& out) const {
+  for (const auto& piece : pre_tokenize(text)) encode_piece(piece, out);
+}
+
+std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int64_t> ids;
+  auto on_token = [&](int64_t id) { ids.push_back(id); };
+  split_added(
+      text, /*normalized=*/false,
+      [&](std::string_view part) {
+        if (normalizer_->empty()) {
+          split_added(
+              part, true, [&](std::string_view rest) { encode_text(rest, ids); }, on_token);
+          return;
+        }
+        const std::string normalized = normalizer_->normalize(part);
+        split_added(
+            normalized, true, [&](std::string_view rest) { encode_text(rest, ids); }, on_token);
+      },
+      on_token);
   return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
-  std::string out, bytes;
-  auto flush = [&] {
-    out += unicode::sanitize_utf8(bytes);
-    bytes.clear();
-  };
+  std::string bytes;
   for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size() || id_to_token_[static_cast<size_t>(id)].empty()) {
       throw ValueError("BpeTokenizer: unknown token id " + std::to_string(id));
     }
-    if (auto it = added_by_id_.find(id); it != added_by_id_.end()) {
-      if (skip_special_tokens && added_[it->second].special) continue;
-      flush();
-      out += added_[it->second].content;
+    if (auto it = added_by_id_.find(id);
+        it != added_by_id_.end() && skip_special_tokens && added_[it->second].special) {
       continue;
     }
-    for (const auto& cp : unicode::decode_utf8(id_to_token_[static_cast<size_t>(id)])) {
+    // The ByteLevel decoder: a token whose characters all map to bytes gives those bytes,
+    // any other token (an added token such as "<|im_end|>" maps too) its own UTF-8.
+    const auto& token = id_to_token_[static_cast<size_t>(id)];
+    const size_t start = bytes.size();
+    bool mapped = true;
+    for (const auto& cp : unicode::decode_utf8(token)) {
       const int b = cp.value < byte_map().decode.size() ? byte_map().decode[cp.value] : -1;
-      if (b < 0) throw ValueError("BpeTokenizer: token id " + std::to_string(id) + " is not byte-level");
+      if (b < 0) {
+        mapped = false;
+        break;
+      }
       bytes += static_cast<char>(b);
     }
+    if (!mapped) bytes.replace(start, std::string::npos, token);
   }
-  flush();
-  return out;
+  return unicode::sanitize_utf8(bytes);
 }
 
 }  // namespace hyflow::models

@@ -3,8 +3,8 @@
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/chat_template.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <fstream>
 
@@ -20,31 +20,7 @@ const BpeTokenizer& qwen() {
   return tok;
 }
 
-nlohmann::json reference_cases() {
-  std::ifstream in(kData / "tokenizer_reference.json");
-  return nlohmann::json::parse(in);
-}
-
 }  // namespace
-
-TEST_CASE("Qwen2.5 BPE ids agree with the reference JavaScript tokenizer on a varied corpus") {
-  auto cases = reference_cases();
-  REQUIRE(cases.size() >= 40);
-  for (const auto& c : cases) {
-    const auto text = c["text"].get<std::string>();
-    INFO("text: " << text);
-    CHECK(qwen().encode(text) == c["ids"].get<std::vector<int64_t>>());
-  }
-}
-
-TEST_CASE("BPE decode inverts encode and matches the reference decoding") {
-  for (const auto& c : reference_cases()) {
-    const auto text = c["text"].get<std::string>();
-    INFO("text: " << text);
-    CHECK(qwen().decode(qwen().encode(text)) == text);
-    CHECK(qwen().decode(c["ids"].get<std::vector<int64_t>>()) == c["decoded"].get<std::string>());
-  }
-}
 
 TEST_CASE("the pre-tokenizer splits like the Qwen2 regex") {
   using V = std::vector<std::string>;
@@ -76,13 +52,13 @@ TEST_CASE("invalid UTF-8 bytes survive encoding and decode to the replacement ch
   CHECK(qwen().decode(ids) == "ok\xEF\xBF\xBD\xEF\xBF\xBD!");
 }
 
-TEST_CASE("the ChatML template renders Qwen's chat format") {
+TEST_CASE("the Qwen2.5 chat template is the default: its system turn, then ChatML turns") {
   const std::string expected =
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
       "<|im_start|>assistant\n";
   CHECK(apply_chatml({{"system", "You are a helpful assistant."}, {"user", "What is 2+2?"}}) == expected);
-  CHECK(apply_chatml({{"user", "What is 2+2?"}}, {.default_system = "You are a helpful assistant."}) == expected);
   CHECK(apply_chatml({{"user", "hi"}, {"assistant", "hello"}}, {.add_generation_prompt = false}) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
   CHECK_THROWS_WITH(apply_chatml({{"robot", "x"}}), Catch::Contains("robot"));
 }
