@@ -138,7 +138,8 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
   auto raw = logits.to(at::kCPU, at::kFloat).contiguous();
   auto z =
       filter_resolved(raw, Resolved{r.temperature.cpu(), r.top_k.cpu(), r.top_p.cpu(), r.min_p.cpu()}).contiguous();
-  auto temperature = r.temperature.cpu();
+  auto temperature_tensor = r.temperature.cpu();
+  auto temperature = temperature_tensor.accessor<float, 1>();
   auto ids = row_ids.defined() ? row_ids.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
   const int64_t rows = raw.size(0), vocab = raw.size(1);
   auto tokens = at::empty({rows}, at::kLong);
@@ -158,7 +159,7 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
       tok[b] = -1;
       continue;
     }
-    if (!(temperature[b].item<float>() > 0)) {
+    if (!(temperature[b] > 0)) {
       tok[b] = arg;
       continue;
     }
