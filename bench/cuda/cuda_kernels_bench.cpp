@@ -104,10 +104,11 @@ int main(int argc, char** argv) {
         },
         Impl::kernel);
     auto few = logits.narrow(0, 0, quick ? 4 : 16);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(1);
     bench_sampling(
-        "cpu host-build kernel", few, quick ? 2 : 5, "aten reference (sort-based filters + race)",
+        "cpu host-build kernel", few, quick ? 2 : 5, "aten sort-based top-p + multinomial (cuda::sample)",
         [&] {
-          auto t = sample_seeded(few, {.top_p = 0.9}, 1, 0, {}, {}, Impl::reference);
+          auto t = sample(few, {.top_p = 0.9}, generator);
           (void)t;
         },
         Impl::kernel);

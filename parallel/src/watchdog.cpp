@@ -140,7 +140,7 @@ struct CollectiveWatchdog::State {
         const uint64_t seen = value ? decode(*value) : 0;
         if (seen < w.seq) {
           missing.push_back(r);
-          last += (last.empty() ? "" : ", ") + std::to_string(r) + ": #" + std::to_string(seen);
+          last += (last.empty() ? "rank " : ", rank ") + std::to_string(r) + " #" + std::to_string(seen);
         }
       }
     } catch (const std::exception& e) {
@@ -149,7 +149,7 @@ struct CollectiveWatchdog::State {
     if (missing.empty()) {
       out << "Every rank entered it: the collective itself hung (network, device, or mismatched calls).";
     } else {
-      out << "Ranks that did not arrive: " << join(missing) << " (last collective entered, rank: #seq " << last << ").";
+      out << "Ranks that did not arrive: " << join(missing) << " (the last collective each entered: " << last << ").";
     }
     return out.str();
   }
