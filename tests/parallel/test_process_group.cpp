@@ -60,10 +60,18 @@ TEST_CASE("gloo avg, max, broadcast and all_gather over 3 ranks") {
   });
 }
 
-TEST_CASE("nccl backend without a CUDA build is a clear error") {
-  if (nccl_available()) return;
-  ProcessGroupOptions o{.rank = 0, .world_size = 1, .master_port = 12345, .backend = Backend::nccl};
-  CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("nccl") && Catch::Contains("CUDA"));
+TEST_CASE("an nccl group that cannot form is a clear error, in every build") {
+  const int port = pick_free_port();
+  ProcessGroupOptions o{.rank = 0,
+                        .world_size = 2,
+                        .master_port = port,
+                        .backend = Backend::nccl,
+                        .timeout = std::chrono::milliseconds(300)};
+  if (!nccl_available()) {
+    CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("nccl") && Catch::Contains("CUDA"));
+  } else {  // no device (cudaGetDevice fails) or rank 1 never joins (named by the store barrier)
+    CHECK_THROWS_AS(ProcessGroup(o), hyflow::Error);
+  }
 }
 
 TEST_CASE("bad rank and port are rejected with their values") {
