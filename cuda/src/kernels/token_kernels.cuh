@@ -43,7 +43,7 @@ HYFLOW_HD void scores_forward_row(Exec& ex, const ScoresForward& a, int64_t row)
     if (a.lse) a.lse[row] = lse;
     if (a.mean_z) a.mean_z[row] = mean;
     if (a.entropy) a.entropy[row] = log_s - s.t / s.s;
-    if (a.log_probs) {
+    if (a.log_probs && a.labels) {
       const int64_t label = a.labels[row];
       a.log_probs[row] = (label >= 0 && label < a.vocab) ? load(base, type, label) * inv_t - lse : nanf("");
     }
@@ -62,7 +62,7 @@ HYFLOW_HD void scores_backward_row(Exec& ex, const ScoresBackward& a, int64_t ro
   const float inv_t = 1.0f / a.temperature;
   const float g_lp = a.grad_log_probs ? a.grad_log_probs[row] : 0.0f;
   const float g_ent = a.grad_entropy ? a.grad_entropy[row] : 0.0f;
-  const int64_t label = a.grad_log_probs ? a.labels[row] : -1;
+  const int64_t label = a.grad_log_probs && a.labels ? a.labels[row] : -1;
   const float lse = a.lse[row];
   const float mean = a.grad_entropy ? a.mean_z[row] : 0.0f;
   ex.for_threads([&](int t) {
