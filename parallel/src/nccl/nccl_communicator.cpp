@@ -122,8 +122,18 @@ NcclCommunicator::NcclCommunicator(KeyValueStore& store, const std::string& grou
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  const bool aborted = impl_->watchdog && impl_->watchdog->failed();
-  impl_->watchdog.reset();
+  // Let pending collectives finish under the watchdog first: a stuck one is aborted within the
+  // timeout instead of hanging ncclCommDestroy.
+  bool aborted = false;
+  if (impl_->watchdog) {
+    try {
+      impl_->watchdog->wait_all();
+    } catch (const Error&) {
+      // the failure was reported to the calls that saw it; the communicator is aborted
+    }
+    aborted = impl_->watchdog->failed();
+    impl_->watchdog.reset();
+  }
   if (impl_->barrier_buffer) cudaFree(impl_->barrier_buffer);
   if (impl_->comm && !aborted) ncclCommDestroy(impl_->comm);
 }
