@@ -31,7 +31,8 @@ struct SamplingOptions {
 void validate(const SamplingOptions& options);
 
 /// Logits (B, V) after temperature and the top-k/top-p/min-p filters: removed tokens are
-/// -inf, kept ones are logits / temperature (float32). Greedy leaves the logits as they are.
+/// -inf, kept ones are logits * (1 / temperature) in float32 (the product the kernels use).
+/// Greedy leaves the logits as they are.
 at::Tensor filter_logits(const at::Tensor& logits, const SamplingOptions& options);
 
 /// One token per row of `logits` (B, V) -> (B,) int64. Deterministic for a given generator
