@@ -2,6 +2,8 @@
 # Runs every benchmark (each executable under <build>/bench) and writes their JSON
 # lines to bench/results.jsonl (one object per figure, design brief §5).
 # Usage: bench/run.sh [build-dir]      (builds first if needed; default build/)
+# cuda/cuda_kernels_bench measures GPU figures only in a -DHYFLOW_CUDA=ON build with a CUDA
+# LibTorch and a device (docs/gpu.md); elsewhere it prints {"bench":"cuda_kernels_gpu","skipped":...}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

@@ -11,6 +11,14 @@ foreach(spec IN LISTS _hyflow_packages)
   find_package(${args} REQUIRED)
 endforeach()
 
+# Whether LibTorch has CUDA (a GPU machine's LibTorch 2.x; Debian's has not), decided once:
+# with HYFLOW_CUDA, code that needs LibTorch's CUDA API (current stream, device guard) is
+# compiled only where this is 1 (cuda/src/torch_device.cpp, parallel/src/process_group.cpp).
+set(HYFLOW_TORCH_CUDA 0)
+if(HYFLOW_CUDA AND (CAFFE2_USE_CUDA OR TARGET torch_cuda OR TARGET c10_cuda))
+  set(HYFLOW_TORCH_CUDA 1)
+endif()
+
 # LibTorch's CMake config appends -D_GLIBCXX_USE_CXX11_ABI to the torch target; nothing else
 # needs to be set globally.
 message(STATUS "hyflow: modules ${HYFLOW_MODULES}; LibTorch ${Torch_VERSION}, CAF ${CAF_VERSION}")

@@ -34,6 +34,7 @@ set(HYFLOW_MODULE_PACKAGES_apps "Boost|COMPONENTS|program_options")
 if(HYFLOW_CUDA)
   list(APPEND HYFLOW_MODULE_PACKAGES_cuda CUDAToolkit)
   list(APPEND HYFLOW_MODULE_PACKAGES_cluster CUDAToolkit)
+  list(APPEND HYFLOW_MODULE_PACKAGES_parallel CUDAToolkit NCCL)
 endif()
 
 # hyflow_module_closure(<out> <modules>...): the modules with everything they link, in build

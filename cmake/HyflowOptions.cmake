@@ -4,6 +4,10 @@
 set(CMAKE_CXX_STANDARD 20)
 set(CMAKE_CXX_STANDARD_REQUIRED ON)
 set(CMAKE_CXX_EXTENSIONS OFF)
+# The .cu sources keep to C++17: CMake 3.25 knows no C++20 flag for nvcc.
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA_EXTENSIONS OFF)
 # One PIC setting everywhere so that precompiled headers can be shared between targets.
 set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
@@ -44,4 +48,7 @@ if(HYFLOW_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
       env "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
       "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" ${HYFLOW_CCACHE})
   message(STATUS "hyflow: compiling through ccache (${HYFLOW_CCACHE})")
+endif()
+if(HYFLOW_CCACHE AND HYFLOW_CUDA AND NOT CMAKE_CUDA_COMPILER_LAUNCHER)
+  set(CMAKE_CUDA_COMPILER_LAUNCHER env "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" ${HYFLOW_CCACHE})
 endif()

@@ -6,8 +6,13 @@
 #      and builds on its own, with its tests;
 #   3. the tests labelled "sanitize" (the code that parses untrusted bytes and the pure-math
 #      modules) again under address+undefined sanitizers, at -O1 (only their targets are built
-#      a second time).
-# Set HYFLOW_SKIP_SANITIZE=1 to skip step 3, HYFLOW_SKIP_SUBSET=1 to skip step 2.
+#      a second time);
+#   4. where nvcc is on the PATH: the CUDA code compiled and linked in a small -DHYFLOW_CUDA=ON
+#      build of the cuda and parallel modules (only these targets: the nvcc kernels, the NCCL
+#      communicator, process_group.cpp's NCCL branch, their tests), the host-build kernel tests
+#      run again against it, and the GPU tests reported "Not Run (Skipped)" without a device.
+# Set HYFLOW_SKIP_SANITIZE=1 to skip step 3, HYFLOW_SKIP_SUBSET=1 to skip step 2,
+# HYFLOW_SKIP_CUDA=1 to skip step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -33,4 +38,19 @@ if [ "${HYFLOW_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure --no-tests=error -L sanitize -j "$(nproc)"
   echo "test.sh: sanitizer suite passed after $(elapsed)"
+fi
+
+# The CUDA toolkit's default place, when its bin/ is not on the PATH.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+if [ "${HYFLOW_SKIP_CUDA:-0}" != 1 ] && command -v nvcc >/dev/null && command -v ninja >/dev/null; then
+  cuda_start=$(date +%s)
+  cuda_build=${HYFLOW_CUDA_BUILD_DIR:-build-cuda}
+  cmake -S . -B "$cuda_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYFLOW_CUDA=ON -DHYFLOW_MODULES="cuda;parallel" \
+    -DHYFLOW_BUILD_BENCH=OFF -DHYFLOW_BUILD_APPS=OFF >/dev/null
+  cmake --build "$cuda_build" -j "$(nproc)" --target hyflow_cuda_kernels test_cuda_kernels_host \
+    test_cuda_kernels_device test_collectives test_nccl_device \
+    parallel/CMakeFiles/hyflow_parallel.dir/src/process_group.cpp.o
+  ctest --test-dir "$cuda_build" --output-on-failure --no-tests=error \
+    -R '^(test_cuda_kernels_host|test_cuda_kernels_device|test_collectives|test_nccl_device)$'
+  echo "test.sh: CUDA build and tests passed after $(elapsed) (this step: $(( $(date +%s) - cuda_start )) s)"
 fi

@@ -9,28 +9,50 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#if HYFLOW_WITH_NCCL
+#include "nccl/nccl_communicator.hpp"
+#endif
+#if HYFLOW_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <cstring>
 
 namespace hyflow::parallel {
 
-const char* to_string(Backend backend) { return backend == Backend::gloo ? "gloo" : "nccl"; }
-
-bool nccl_available() {
-#ifdef HYFLOW_WITH_NCCL
-  return true;
-#else
-  return false;
-#endif
+const char* to_string(Backend backend) {
+  return backend == Backend::gloo ? "gloo" : "nccl";
 }
 
-struct ProcessGroup::Impl {
-  ProcessGroupOptions options;
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-};
+bool nccl_available() {
+  return HYFLOW_WITH_NCCL != 0;
+}
 
 namespace {
+
+/// KeyValueStore over a c10d store (the group's PrefixStore).
+class C10dStore : public KeyValueStore {
+ public:
+  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { store_->set(key, value); }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    try {
+      store_->wait({key}, timeout);
+      return store_->get(key);
+    } catch (const c10::Error& e) {
+      throw Error("store: key '" + key + "' did not appear within " + std::to_string(timeout.count()) +
+                  " ms: " + e.what_without_backtrace());
+    }
+  }
+  std::optional<std::vector<uint8_t>> try_get(const std::string& key) override {
+    if (!store_->check({key})) return std::nullopt;
+    return store_->get(key);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
 std::string where(const ProcessGroupOptions& o) {
   return "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size) + ", store " + o.master_addr + ":" +
          std::to_string(o.master_port);
@@ -50,7 +72,90 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
   throw ValueError("unknown ReduceOp");
 }
+
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + ")";
+}
+
+// output (world * n, ...) for input (n, ...), or the other way round for reduce_scatter.
+void check_blocks(const char* op, const at::Tensor& big, const at::Tensor& small, int world) {
+  const bool ok = big.dim() >= 1 && big.dim() == small.dim() && big.size(0) == world * small.size(0) &&
+                  big.sizes().slice(1) == small.sizes().slice(1) && big.scalar_type() == small.scalar_type();
+  if (!ok) {
+    throw ShapeError(std::string(op) + ": needs " + std::to_string(world) + " x " + shape_of(small) +
+                     " of the same dtype in the larger tensor, got " + shape_of(big) + " and " + shape_of(small));
+  }
+}
+
+#if HYFLOW_WITH_NCCL
+detail::NcclType nccl_type(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return detail::NcclType::f32;
+    case at::kDouble:
+      return detail::NcclType::f64;
+    case at::kHalf:
+      return detail::NcclType::f16;
+    case at::kBFloat16:
+      return detail::NcclType::bf16;
+    case at::kChar:
+      return detail::NcclType::i8;
+    case at::kByte:
+    case at::kBool:
+      return detail::NcclType::u8;
+    case at::kInt:
+      return detail::NcclType::i32;
+    case at::kLong:
+      return detail::NcclType::i64;
+    default:
+      throw ValueError(std::string("nccl ") + op + ": unsupported dtype " + c10::toString(t.scalar_type()));
+  }
+}
+
+detail::NcclOp nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return detail::NcclOp::sum;
+    case ReduceOp::product:
+      return detail::NcclOp::product;
+    case ReduceOp::min:
+      return detail::NcclOp::min;
+    case ReduceOp::max:
+      return detail::NcclOp::max;
+    case ReduceOp::avg:
+      return detail::NcclOp::avg;
+  }
+  throw ValueError("unknown ReduceOp");
+}
+#endif
+
 }  // namespace
+
+struct ProcessGroup::Impl {
+  ProcessGroupOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::unique_ptr<C10dStore> kv;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;  // gloo
+#if HYFLOW_WITH_NCCL
+  std::unique_ptr<detail::NcclCommunicator> nccl;
+
+  // The CUDA tensor's current stream (LibTorch with CUDA), or the legacy default stream.
+  void* stream_of(const at::Tensor& t, const char* op) const {
+    if (!t.is_cuda()) {
+      throw ValueError(std::string("nccl ") + op + ": tensors must be on a CUDA device, got " + t.device().str() +
+                       " (" + where(options) + ")");
+    }
+    if (!t.is_contiguous()) throw ValueError(std::string("nccl ") + op + ": tensors must be contiguous");
+#if HYFLOW_TORCH_CUDA
+    return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
+#else
+    return nullptr;
+#endif
+  }
+#endif
+};
 
 ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
@@ -61,8 +166,10 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
     throw ValueError("ProcessGroup: master port " + std::to_string(options.master_port) + " is not a valid port (" +
                      where(options) + ")");
   if (options.backend == Backend::nccl && !nccl_available())
-    throw ValueError("ProcessGroup: backend nccl needs a CUDA build of hyflow (-DHYFLOW_CUDA=ON with NCCL); this build "
-                     "has gloo only (" + where(options) + ")");
+    throw ValueError(
+        "ProcessGroup: backend nccl needs a CUDA build of hyflow (-DHYFLOW_CUDA=ON with NCCL); this build "
+        "has gloo only (" +
+        where(options) + ")");
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -72,25 +179,58 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
     store_options.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.name, tcp);
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
-    impl_->group =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
+    impl_->kv = std::make_unique<C10dStore>(impl_->store);
+    if (options.backend == Backend::gloo) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+      impl_->group =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
+    }
   } catch (const c10::Error& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what());
   }
+#if HYFLOW_WITH_NCCL
+  if (options.backend == Backend::nccl) {
+    impl_->nccl = std::make_unique<detail::NcclCommunicator>(*impl_->kv, options.name, options.rank, options.world_size,
+                                                             options.device, options.timeout);
+  }
+#endif
 }
 
 ProcessGroup::~ProcessGroup() = default;
 
-int ProcessGroup::rank() const { return impl_->options.rank; }
-int ProcessGroup::size() const { return impl_->options.world_size; }
-Backend ProcessGroup::backend() const { return impl_->options.backend; }
-c10d::ProcessGroup& ProcessGroup::native() { return *impl_->group; }
+int ProcessGroup::rank() const {
+  return impl_->options.rank;
+}
+int ProcessGroup::size() const {
+  return impl_->options.world_size;
+}
+Backend ProcessGroup::backend() const {
+  return impl_->options.backend;
+}
+KeyValueStore& ProcessGroup::store() {
+  return *impl_->kv;
+}
+
+c10d::ProcessGroup& ProcessGroup::native() {
+  if (!impl_->group) {
+    throw ValueError("ProcessGroup::native: group '" + impl_->options.name +
+                     "' runs on hyflow's NCCL communicator and has no c10d process group");
+  }
+  return *impl_->group;
+}
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    void* stream = impl_->stream_of(tensor, "all_reduce");
+    impl_->nccl->all_reduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
+                            nccl_type(tensor, "all_reduce"), nccl_op(op), stream);
+    return;
+  }
+#endif
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
@@ -101,6 +241,14 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   if (root < 0 || root >= size())
     throw ValueError("broadcast: root " + std::to_string(root) + " outside world size " + std::to_string(size()));
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    void* stream = impl_->stream_of(tensor, "broadcast");
+    impl_->nccl->broadcast(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), nccl_type(tensor, "broadcast"), root,
+                           stream);
+    return;
+  }
+#endif
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -108,6 +256,18 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    auto input = tensor.contiguous();
+    auto output = at::empty({size(), input.numel()}, input.options());
+    void* stream = impl_->stream_of(input, "all_gather");
+    impl_->nccl->all_gather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
+                            nccl_type(input, "all_gather"), stream);
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size(); ++r) parts.push_back(output[r].view(input.sizes()));
+    return parts;
+  }
+#endif
   std::vector<at::Tensor> input{tensor.contiguous()};
   std::vector<std::vector<at::Tensor>> output(1);
   for (int r = 0; r < size(); ++r) output[0].push_back(at::empty_like(input[0]));
@@ -115,6 +275,57 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   return output[0];
 }
 
-void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
+void ProcessGroup::all_gather_into_tensor(at::Tensor& output, const at::Tensor& input) {
+  check_blocks("all_gather_into_tensor", output, input, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    auto in = input.contiguous();
+    void* stream = impl_->stream_of(output, "all_gather_into_tensor");
+    impl_->nccl->all_gather(in.data_ptr(), output.data_ptr(), static_cast<size_t>(in.numel()),
+                            nccl_type(in, "all_gather_into_tensor"), stream);
+    return;
+  }
+#endif
+  auto parts = all_gather(input);
+  for (int r = 0; r < size(); ++r) output.narrow(0, r * input.size(0), input.size(0)).copy_(parts[r]);
+}
+
+void ProcessGroup::reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  check_blocks("reduce_scatter", input, output, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    auto in = input.contiguous();
+    void* stream = impl_->stream_of(output, "reduce_scatter");
+    impl_->nccl->reduce_scatter(in.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
+                                nccl_type(in, "reduce_scatter"), nccl_op(op), stream);
+    return;
+  }
+#endif
+  // gloo has no reduce_scatter: reduce everything, keep this rank's block
+  auto all = input.clone();
+  all_reduce(all, op);
+  output.copy_(all.narrow(0, rank() * output.size(0), output.size(0)));
+}
+
+void ProcessGroup::barrier() {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+#if HYFLOW_TORCH_CUDA
+    void* stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(impl_->nccl->device()).stream());
+#else
+    void* stream = nullptr;
+#endif
+    impl_->nccl->barrier(stream);
+    return;
+  }
+#endif
+  impl_->group->barrier()->wait();
+}
+
+void ProcessGroup::synchronize() {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) impl_->nccl->synchronize();
+#endif
+}
 
 }  // namespace hyflow::parallel

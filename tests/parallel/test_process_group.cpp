@@ -2,8 +2,8 @@
 #include <hyflow/core/net.hpp>
 #include <hyflow/parallel/process_group.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <thread>
 
@@ -60,10 +60,18 @@ TEST_CASE("gloo avg, max, broadcast and all_gather over 3 ranks") {
   });
 }
 
-TEST_CASE("nccl backend without a CUDA build is a clear error") {
-  if (nccl_available()) return;
-  ProcessGroupOptions o{.rank = 0, .world_size = 1, .master_port = 12345, .backend = Backend::nccl};
-  CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("nccl") && Catch::Contains("CUDA"));
+TEST_CASE("an nccl group that cannot form is a clear error, in every build") {
+  const int port = pick_free_port();
+  ProcessGroupOptions o{.rank = 0,
+                        .world_size = 2,
+                        .master_port = port,
+                        .backend = Backend::nccl,
+                        .timeout = std::chrono::milliseconds(300)};
+  if (!nccl_available()) {
+    CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("nccl") && Catch::Contains("CUDA"));
+  } else {  // no device (cudaGetDevice fails) or rank 1 never joins (named by the store barrier)
+    CHECK_THROWS_AS(ProcessGroup(o), hyflow::Error);
+  }
 }
 
 TEST_CASE("bad rank and port are rejected with their values") {
@@ -75,4 +83,37 @@ TEST_CASE("a missing peer times out naming the rank and the store") {
   const int port = pick_free_port();
   ProcessGroupOptions o{.rank = 1, .world_size = 2, .master_port = port, .timeout = std::chrono::milliseconds(500)};
   CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("rank 1 of 2") && Catch::Contains(std::to_string(port)));
+}
+
+TEST_CASE("gloo all_gather_into_tensor and reduce_scatter over 3 ranks") {
+  run_ranks(3, [&](ProcessGroup& pg) {
+    auto out = torch::zeros({6});
+    pg.all_gather_into_tensor(out, torch::full({2}, float(pg.rank())));
+    CHECK(torch::equal(out, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+    auto input = torch::arange(6, torch::kFloat) * float(pg.rank() + 1);  // sum over ranks: 6 * arange
+    auto mine = torch::zeros({2});
+    pg.reduce_scatter(mine, input);
+    CHECK(torch::equal(mine, torch::tensor({12.f * pg.rank(), 12.f * pg.rank() + 6.f})));
+    auto avg = torch::zeros({2});
+    pg.reduce_scatter(avg, input, ReduceOp::avg);
+    CHECK(torch::allclose(avg, mine / 3));
+    pg.synchronize();  // gloo collectives are synchronous: nothing pending
+    CHECK_THROWS_AS(pg.reduce_scatter(mine, torch::zeros({5})), hyflow::ShapeError);
+  });
+}
+
+TEST_CASE("ranks exchange an NCCL-style unique id through the group's store") {
+  std::vector<std::vector<uint8_t>> ids(3);
+  run_ranks(3, [&](ProcessGroup& pg) {
+    ids[static_cast<size_t>(pg.rank())] = exchange_unique_id(
+        pg.store(), pg.rank(), "uid",
+        [] {
+          return std::vector<uint8_t>{7, 1, 9, 4};
+        },
+        std::chrono::seconds(10));
+    store_barrier(pg.store(), "joined", pg.rank(), pg.size(), std::chrono::seconds(10));
+  });
+  CHECK(ids[0] == std::vector<uint8_t>{7, 1, 9, 4});
+  CHECK(ids[1] == ids[0]);
+  CHECK(ids[2] == ids[0]);
 }

@@ -1,7 +1,12 @@
 #pragma once
 // Process groups for SPMD code inside a worker group: every rank of a group builds one with
-// the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. CPU collectives
-// use gloo; NCCL is the GPU seam (it needs a CUDA build and fails clearly otherwise).
+// the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. Backend::gloo runs
+// collectives on CPU tensors. Backend::nccl (builds with -DHYFLOW_CUDA=ON) runs them on CUDA
+// tensors: enqueued on the current CUDA stream and asynchronous for the host, watched by a
+// CollectiveWatchdog that aborts the communicator after `timeout` and names the op, the group
+// and the ranks that never arrived (hyflow/parallel/watchdog.hpp).
+
+#include <hyflow/parallel/watchdog.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -32,6 +37,8 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{30000};
   /// Key prefix in the store, so several groups can share one store.
   std::string name = "default";
+  /// NCCL: the CUDA device of this rank (-1: the current device).
+  int device = -1;
 };
 
 /// A process group for one rank. Construction blocks until every rank has joined (or the
@@ -52,9 +59,21 @@ class ProcessGroup {
   void broadcast(at::Tensor& tensor, int root);
   /// One tensor per rank, in rank order.
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  /// `output` (size() * n, ...) gets every rank's `input` (n, ...) in rank order.
+  void all_gather_into_tensor(at::Tensor& output, const at::Tensor& input);
+  /// `input` (size() * n, ...) is reduced across ranks; `output` (n, ...) gets this rank's block.
+  void reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::sum);
+  /// Blocks until every rank has arrived (nccl: and every earlier collective has finished).
   void barrier();
+  /// Blocks until this rank's enqueued collectives have finished (nccl; gloo's are synchronous).
+  /// Throws the watchdog's failure when one timed out.
+  void synchronize();
 
-  /// The c10d process group, for code that needs the full c10d API.
+  /// The rendezvous store of the group (keys are prefixed with the group name).
+  KeyValueStore& store();
+
+  /// The c10d process group, for code that needs the full c10d API (gloo only: an NCCL group
+  /// is hyflow's own and throws hyflow::ValueError).
   c10d::ProcessGroup& native();
 
  private:

@@ -1,0 +1,110 @@
+// The device build of the token kernels (nvcc): the bodies of token_kernels.cuh as CUDA
+// kernels, one block of kDefaultBlockThreads threads per row, shared memory from the launch.
+
+#include "token_kernels.cuh"
+
+#include <hyflow/core/error.hpp>
+#include <hyflow/cuda/kernels.hpp>
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace hyflow::cuda::kernels {
+namespace {
+
+/// The CUDA execution policy: this thread is threadIdx.x, shared memory is the dynamic buffer.
+class DeviceExec {
+ public:
+  __device__ explicit DeviceExec(unsigned char* smem) : smem_(smem) {}
+  __device__ int threads() const { return static_cast<int>(blockDim.x); }
+  template <class F>
+  __device__ void for_threads(F&& f) {
+    f(static_cast<int>(threadIdx.x));
+  }
+  template <class F>
+  __device__ void single(F&& f) {
+    if (threadIdx.x == 0) f();
+  }
+  __device__ void sync() { __syncthreads(); }
+  template <class T>
+  __device__ T* shared(int64_t n) {
+    used_ = (used_ + 15) & ~static_cast<int64_t>(15);
+    T* p = reinterpret_cast<T*>(smem_ + used_);
+    used_ += n * static_cast<int64_t>(sizeof(T));
+    return p;
+  }
+  __device__ void atomic_add(uint32_t* p, uint32_t v) { atomicAdd(p, v); }
+  __device__ void atomic_add(uint64_t* p, uint64_t v) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  }
+
+ private:
+  unsigned char* smem_;
+  int64_t used_ = 0;
+};
+
+__global__ void scores_forward_kernel(ScoresForward args) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceExec ex(smem);
+  detail::scores_forward_row(ex, args, static_cast<int64_t>(blockIdx.x));
+}
+
+__global__ void scores_backward_kernel(ScoresBackward args) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceExec ex(smem);
+  detail::scores_backward_row(ex, args, static_cast<int64_t>(blockIdx.x));
+}
+
+__global__ void sample_kernel(SampleArgs args) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  DeviceExec ex(smem);
+  detail::sample_row(ex, args, static_cast<int64_t>(blockIdx.x));
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorName(status) + ": " +
+                cudaGetErrorString(status));
+  }
+}
+
+template <class Kernel, class Args>
+void launch(Kernel kernel, const Args& args, void* stream, const char* what) {
+  if (args.rows == 0) return;
+  if (args.rows > 0x7fffffff) throw ValueError(std::string(what) + ": more than 2^31-1 rows");
+  const int threads = kDefaultBlockThreads;
+  const auto smem = static_cast<size_t>(detail::shared_bytes(threads));
+  kernel<<<static_cast<unsigned>(args.rows), threads, smem, static_cast<cudaStream_t>(stream)>>>(args);
+  check(cudaGetLastError(), what);
+}
+
+}  // namespace
+
+namespace device {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: clear the sticky error
+    return 0;
+  }
+  return n;
+}
+
+bool available() {
+  return device_count() > 0;
+}
+
+void scores_forward(const ScoresForward& args, void* stream) {
+  launch(scores_forward_kernel, args, stream, "scores_forward");
+}
+void scores_backward(const ScoresBackward& args, void* stream) {
+  launch(scores_backward_kernel, args, stream, "scores_backward");
+}
+void sample(const SampleArgs& args, void* stream) {
+  launch(sample_kernel, args, stream, "sample");
+}
+
+}  // namespace device
+}  // namespace hyflow::cuda::kernels

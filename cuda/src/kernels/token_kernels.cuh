@@ -1,0 +1,270 @@
+#pragma once
+// The bodies of the token kernels, one block per row, written once against an execution policy
+// (common.cuh explains the rules). kernels_device.cu runs them as CUDA kernels; kernels_host.cpp
+// runs them through the sequential host driver.
+
+#include "common.cuh"
+
+#include <hyflow/cuda/kernels.hpp>
+
+namespace hyflow::cuda::kernels::detail {
+
+/// Bytes of shared memory a row block of `threads` threads needs, for every kernel here.
+HYFLOW_HD int64_t shared_bytes(int threads) {
+  // sampling: 256 masses + 256 counts + per-thread ArgMax/stats + a few block-uniform values
+  const int64_t per_thread = sizeof(ArgMax) > sizeof(SoftmaxStats) ? sizeof(ArgMax) : sizeof(SoftmaxStats);
+  return 256 * 8 + 256 * 4 + threads * per_thread + 16 * 8 + 64;
+}
+
+HYFLOW_HD Elem elem(DType d) {
+  return static_cast<Elem>(static_cast<int>(d));
+}
+
+// --- log-probs and entropy, forward -------------------------------------------------------
+
+template <class Exec>
+HYFLOW_HD void scores_forward_row(Exec& ex, const ScoresForward& a, int64_t row) {
+  const void* base = static_cast<const char*>(a.logits) + row * a.row_stride * (a.dtype == DType::f32 ? 4 : 2);
+  const Elem type = elem(a.dtype);
+  const float inv_t = 1.0f / a.temperature;
+  SoftmaxStats* part = ex.template shared<SoftmaxStats>(ex.threads());
+  ex.for_threads([&](int t) {
+    SoftmaxStats s = empty_stats();
+    for (int64_t j = t; j < a.vocab; j += ex.threads()) push(s, load(base, type, j) * inv_t);
+    part[t] = s;
+  });
+  ex.sync();
+  tree_reduce(ex, part, [](SoftmaxStats x, SoftmaxStats y) { return merge(x, y); });
+  ex.single([&] {
+    const SoftmaxStats s = part[0];
+    const float log_s = logf(s.s);
+    const float lse = s.m + log_s;
+    const float mean = s.m + s.t / s.s;
+    if (a.lse) a.lse[row] = lse;
+    if (a.mean_z) a.mean_z[row] = mean;
+    if (a.entropy) a.entropy[row] = log_s - s.t / s.s;
+    if (a.log_probs && a.labels) {
+      const int64_t label = a.labels[row];
+      a.log_probs[row] = (label >= 0 && label < a.vocab) ? load(base, type, label) * inv_t - lse : nanf("");
+    }
+  });
+  ex.sync();
+}
+
+// --- log-probs and entropy, backward ------------------------------------------------------
+
+template <class Exec>
+HYFLOW_HD void scores_backward_row(Exec& ex, const ScoresBackward& a, int64_t row) {
+  const int width = a.dtype == DType::f32 ? 4 : 2;
+  const void* base = static_cast<const char*>(a.logits) + row * a.row_stride * width;
+  void* out = static_cast<char*>(a.grad_logits) + row * a.vocab * width;
+  const Elem type = elem(a.dtype);
+  const float inv_t = 1.0f / a.temperature;
+  const float g_lp = a.grad_log_probs ? a.grad_log_probs[row] : 0.0f;
+  const float g_ent = a.grad_entropy ? a.grad_entropy[row] : 0.0f;
+  const int64_t label = a.grad_log_probs && a.labels ? a.labels[row] : -1;
+  const float lse = a.lse[row];
+  const float mean = a.grad_entropy ? a.mean_z[row] : 0.0f;
+  ex.for_threads([&](int t) {
+    for (int64_t j = t; j < a.vocab; j += ex.threads()) {
+      const float z = load(base, type, j) * inv_t;
+      const float p = expf(z - lse);
+      float g = -g_lp * p;
+      if (j == label) g += g_lp;
+      if (g_ent != 0.0f && p != 0.0f) g += g_ent * p * (mean - z);
+      store(out, type, j, g * inv_t);
+    }
+  });
+  ex.sync();
+}
+
+// --- sampling -----------------------------------------------------------------------------
+
+/// Block-uniform values of one sampling row, in shared memory.
+struct SampleRowState {
+  float m;             // max z over the row (NaN when a logit is NaN)
+  uint32_t invalid;    // a NaN, or no finite logit
+  uint32_t key_k;      // keep key(z) >= key_k (top-k)
+  uint32_t key_p;      // keep key(z) >= key_p (top-p)
+  uint32_t prefix;     // radix search: the high bits found so far
+  uint64_t above;      // radix search: count / mass above the current range
+  uint64_t threshold;  // top-p: keep while the mass before a token is below this
+};
+
+/// Fixed-point probability mass of a kept token: exp(z - m) scaled by 2^40 (the max has 2^40).
+/// Integer sums are exact and order-free, so the top-p edge is the same on host and device,
+/// whatever order the atomics land in.
+HYFLOW_HD uint64_t fixed_mass(float z, float m) {
+  return static_cast<uint64_t>(expf(z - m) * 1099511627776.0f);
+}
+
+template <class Exec>
+HYFLOW_HD void sample_row(Exec& ex, const SampleArgs& a, int64_t row) {
+  const void* base = static_cast<const char*>(a.logits) + row * a.row_stride * (a.dtype == DType::f32 ? 4 : 2);
+  const Elem type = elem(a.dtype);
+  const int64_t vocab = a.vocab;
+  const float temperature = a.temperature ? a.temperature[row] : a.temperature_all;
+  const bool greedy = !(temperature > 0.0f);
+  const float inv_t = greedy ? 1.0f : 1.0f / temperature;
+  int64_t top_k = a.top_k ? a.top_k[row] : a.top_k_all;
+  if (top_k <= 0 || top_k >= vocab) top_k = 0;
+  const float top_p = a.top_p ? a.top_p[row] : a.top_p_all;
+  const float min_p = a.min_p ? a.min_p[row] : a.min_p_all;
+
+  SampleRowState* st = ex.template shared<SampleRowState>(1);
+  uint64_t* mass = ex.template shared<uint64_t>(256);
+  uint32_t* count = ex.template shared<uint32_t>(256);
+  ArgMax* best = ex.template shared<ArgMax>(ex.threads());
+
+  // Phase 1: max (and argmax for greedy rows), NaN detection.
+  ex.for_threads([&](int t) {
+    ArgMax b{minus_inf(), -1};
+    bool nan = false;
+    for (int64_t j = t; j < vocab; j += ex.threads()) {
+      const float z = load(base, type, j);
+      if (is_nan(z)) nan = true;
+      b = better(b, ArgMax{z, j});
+    }
+    best[t] = nan ? ArgMax{nanf(""), -2} : b;
+  });
+  ex.sync();
+  tree_reduce(ex, best, [](ArgMax x, ArgMax y) {
+    if (x.index == -2 || y.index == -2) return ArgMax{nanf(""), -2};
+    return better(x, y);
+  });
+  ex.single([&] {
+    const ArgMax b = best[0];
+    st->invalid = (b.index < 0 || !(b.value > minus_inf()) || b.value == plus_inf()) ? 1u : 0u;
+    st->m = b.value * inv_t;
+    st->key_k = 0;
+    st->key_p = 0;
+    if (st->invalid)
+      a.tokens[row] = -1;
+    else if (greedy)
+      a.tokens[row] = b.index;
+  });
+  ex.sync();
+  if (st->invalid || greedy) return;
+  const float m = st->m;
+
+  // Phase 2: top-k: the k-th largest key, 8 bits at a time from the top (radix select).
+  if (top_k > 0) {
+    ex.single([&] {
+      st->prefix = 0;
+      st->above = 0;
+    });
+    ex.sync();
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      ex.for_threads([&](int t) {
+        for (int i = t; i < 256; i += ex.threads()) count[i] = 0;
+      });
+      ex.sync();
+      const uint32_t high_mask = shift == 24 ? 0u : ~((1u << (shift + 8)) - 1u);
+      const uint32_t prefix = st->prefix;
+      ex.for_threads([&](int t) {
+        for (int64_t j = t; j < vocab; j += ex.threads()) {
+          const uint32_t key = order_key(load(base, type, j) * inv_t);
+          if ((key & high_mask) == prefix) ex.atomic_add(&count[(key >> shift) & 255u], 1u);
+        }
+      });
+      ex.sync();
+      ex.single([&] {
+        uint64_t above = st->above;  // tokens with a larger key than the current range
+        for (int b = 255; b >= 0; --b) {
+          if (above + count[b] >= static_cast<uint64_t>(top_k)) {
+            st->prefix |= static_cast<uint32_t>(b) << shift;
+            break;
+          }
+          above += count[b];
+        }
+        st->above = above;
+      });
+      ex.sync();
+    }
+    ex.single([&] { st->key_k = st->prefix; });
+    ex.sync();
+  }
+  const uint32_t key_k = st->key_k;
+
+  // Phase 3: top-p over the top-k set: the smallest key whose strictly-larger mass is below
+  // p * total, by the same radix descent on fixed-point masses.
+  if (top_p < 1.0f) {
+    ex.single([&] {
+      st->prefix = 0;
+      st->above = 0;
+    });
+    ex.sync();
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      ex.for_threads([&](int t) {
+        for (int i = t; i < 256; i += ex.threads()) {
+          count[i] = 0;
+          mass[i] = 0;
+        }
+      });
+      ex.sync();
+      const uint32_t high_mask = shift == 24 ? 0u : ~((1u << (shift + 8)) - 1u);
+      const uint32_t prefix = st->prefix;
+      ex.for_threads([&](int t) {
+        for (int64_t j = t; j < vocab; j += ex.threads()) {
+          const float z = load(base, type, j) * inv_t;
+          const uint32_t key = order_key(z);
+          if (key >= key_k && (key & high_mask) == prefix) {
+            ex.atomic_add(&count[(key >> shift) & 255u], 1u);
+            ex.atomic_add(&mass[(key >> shift) & 255u], fixed_mass(z, m));
+          }
+        }
+      });
+      ex.sync();
+      ex.single([&] {
+        if (shift == 24) {  // the first pass sees the whole top-k set: its total sets the edge
+          uint64_t total = 0;
+          for (int b = 0; b < 256; ++b) total += mass[b];
+          const double edge = static_cast<double>(top_p) * static_cast<double>(total);
+          uint64_t threshold = static_cast<uint64_t>(edge);
+          if (static_cast<double>(threshold) < edge) ++threshold;  // ceil
+          st->threshold = threshold > 0 ? threshold : 1;
+        }
+        uint64_t before = st->above;
+        int chosen = -1;
+        uint64_t before_chosen = before;
+        for (int b = 255; b >= 0; --b) {
+          if (count[b] == 0) continue;
+          if (before >= st->threshold) break;
+          chosen = b;
+          before_chosen = before;
+          before += mass[b];
+        }
+        st->prefix |= static_cast<uint32_t>(chosen < 0 ? 255 : chosen) << shift;
+        st->above = before_chosen;
+      });
+      ex.sync();
+    }
+    ex.single([&] { st->key_p = st->prefix; });
+    ex.sync();
+  }
+  const uint32_t key_min = key_k > st->key_p ? key_k : st->key_p;
+
+  // Phase 4: min-p, then the exponential race over the kept tokens, 4 tokens per Philox call.
+  const uint64_t row_id = a.row_ids ? static_cast<uint64_t>(a.row_ids[row]) : static_cast<uint64_t>(row);
+  ex.for_threads([&](int t) {
+    ArgMax b{minus_inf(), -1};
+    for (int64_t g = t; g * 4 < vocab; g += ex.threads()) {
+      const Philox4 r = token_randoms(a.seed, row_id, a.step, static_cast<uint64_t>(g));
+      for (int i = 0; i < 4; ++i) {
+        const int64_t j = g * 4 + i;
+        if (j >= vocab) break;
+        const float z = load(base, type, j) * inv_t;
+        if (z == minus_inf() || order_key(z) < key_min) continue;
+        if (min_p > 0.0f && expf(z - m) < min_p) continue;
+        b = better(b, ArgMax{race_key(z, r.v[i]), j});
+      }
+    }
+    best[t] = b;
+  });
+  ex.sync();
+  tree_reduce(ex, best, [](ArgMax x, ArgMax y) { return better(x, y); });
+  ex.single([&] { a.tokens[row] = best[0].index; });
+  ex.sync();
+}
+
+}  // namespace hyflow::cuda::kernels::detail

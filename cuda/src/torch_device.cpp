@@ -1,0 +1,47 @@
+// The one place that knows whether LibTorch has CUDA. cuda/CMakeLists.txt defines
+// HYFLOW_TORCH_CUDA=1 when hyflow is configured with -DHYFLOW_CUDA=ON and LibTorch was built
+// with CUDA (a GPU machine's LibTorch 2.x); with Debian's CPU LibTorch it is 0 and CUDA
+// tensors cannot exist, so the adapter never gets here.
+#include "torch_device.hpp"
+
+#include <hyflow/core/error.hpp>
+#include <hyflow/cuda/dispatch.hpp>
+
+#if HYFLOW_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace hyflow::cuda {
+
+bool device_kernels_built() {
+  return HYFLOW_TORCH_CUDA != 0;
+}
+
+bool uses_kernels(Impl impl, const at::Device& device) {
+  switch (impl) {
+    case Impl::kernel:
+      return true;
+    case Impl::reference:
+      return false;
+    case Impl::by_device:
+      return device.is_cuda() && device_kernels_built();
+  }
+  return false;
+}
+
+namespace detail {
+
+void with_tensor_stream(const at::Tensor& tensor, const std::function<void(void* stream)>& launch) {
+#if HYFLOW_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(tensor.device());
+  launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream()));
+#else
+  (void)launch;
+  throw Error("hyflow::cuda: tensor on " + tensor.device().str() +
+              " needs the CUDA kernels, but this build has none (-DHYFLOW_CUDA=ON with a CUDA LibTorch)");
+#endif
+}
+
+}  // namespace detail
+}  // namespace hyflow::cuda

@@ -1,0 +1,185 @@
+#include "nccl_communicator.hpp"
+
+#include <hyflow/core/error.hpp>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace hyflow::parallel::detail {
+namespace {
+
+void check_cuda(cudaError_t status, const std::string& what) {
+  if (status != cudaSuccess) throw Error(what + ": " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+ncclDataType_t nccl_type(NcclType t) {
+  switch (t) {
+    case NcclType::f32:
+      return ncclFloat32;
+    case NcclType::f64:
+      return ncclFloat64;
+    case NcclType::f16:
+      return ncclFloat16;
+    case NcclType::bf16:
+      return ncclBfloat16;
+    case NcclType::i8:
+      return ncclInt8;
+    case NcclType::u8:
+      return ncclUint8;
+    case NcclType::i32:
+      return ncclInt32;
+    case NcclType::i64:
+      return ncclInt64;
+  }
+  throw ValueError("NCCL: unknown data type");
+}
+
+ncclRedOp_t nccl_op(NcclOp op) {
+  switch (op) {
+    case NcclOp::sum:
+      return ncclSum;
+    case NcclOp::product:
+      return ncclProd;
+    case NcclOp::min:
+      return ncclMin;
+    case NcclOp::max:
+      return ncclMax;
+    case NcclOp::avg:
+      return ncclAvg;
+  }
+  throw ValueError("NCCL: unknown reduce op");
+}
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  std::string group;
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;
+  ncclComm_t comm = nullptr;
+  void* barrier_buffer = nullptr;  // one float on the device
+  std::unique_ptr<CollectiveWatchdog> watchdog;
+
+  void check(ncclResult_t status, const std::string& op) const {
+    if (status == ncclSuccess) return;
+    const char* last = comm ? ncclGetLastError(comm) : nullptr;
+    throw Error("NCCL " + op + " on group '" + group + "' (rank " + std::to_string(rank) + " of " +
+                std::to_string(world_size) + "): " + ncclGetErrorString(status) +
+                (last && *last ? std::string(": ") + last : std::string()));
+  }
+
+  // Enqueues `launch` on `stream` and hands an event recorded after it to the watchdog.
+  template <class Launch>
+  void run(const std::string& op, void* stream, Launch launch) {
+    watchdog->check();
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    auto s = static_cast<cudaStream_t>(stream);
+    check(launch(s), op);
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    std::shared_ptr<CUevent_st> owned(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    check_cuda(cudaEventRecord(event, s), "cudaEventRecord");
+    watchdog->begin(op, [owned] { return cudaEventQuery(owned.get()) != cudaErrorNotReady; });
+  }
+};
+
+NcclCommunicator::NcclCommunicator(KeyValueStore& store, const std::string& group, int rank, int world_size, int device,
+                                   std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->group = group;
+  impl_->rank = rank;
+  impl_->world_size = world_size;
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  impl_->device = device;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  // Every rank alive before NCCL's own (unbounded) rendezvous, so a missing rank is named.
+  store_barrier(store, group + "/nccl_join", rank, world_size, timeout);
+  auto id_bytes = exchange_unique_id(
+      store, rank, group + "/nccl_unique_id",
+      [&] {
+        ncclUniqueId id;
+        impl_->check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id);
+      },
+      timeout);
+  ncclUniqueId id;
+  if (id_bytes.size() != sizeof id) {
+    throw Error("NCCL group '" + group + "': the unique id from the store has " + std::to_string(id_bytes.size()) +
+                " bytes, expected " + std::to_string(sizeof id));
+  }
+  std::memcpy(&id, id_bytes.data(), sizeof id);
+  impl_->check(ncclCommInitRank(&impl_->comm, world_size, id, rank), "ncclCommInitRank");
+  check_cuda(cudaMalloc(&impl_->barrier_buffer, sizeof(float)), "cudaMalloc");
+  ncclComm_t comm = impl_->comm;
+  impl_->watchdog = std::make_unique<CollectiveWatchdog>(
+      CollectiveWatchdog::Options{.group = group, .rank = rank, .world_size = world_size, .timeout = timeout}, &store,
+      [comm] { ncclCommAbort(comm); });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Let pending collectives finish under the watchdog first: a stuck one is aborted within the
+  // timeout instead of hanging ncclCommDestroy.
+  bool aborted = false;
+  if (impl_->watchdog) {
+    try {
+      impl_->watchdog->wait_all();
+    } catch (const Error&) {
+      // the failure was reported to the calls that saw it; the communicator is aborted
+    }
+    aborted = impl_->watchdog->failed();
+    impl_->watchdog.reset();
+  }
+  if (impl_->barrier_buffer) cudaFree(impl_->barrier_buffer);
+  if (impl_->comm && !aborted) ncclCommDestroy(impl_->comm);
+}
+
+int NcclCommunicator::device() const {
+  return impl_->device;
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, NcclType type, NcclOp op,
+                                  void* stream) {
+  impl_->run("all_reduce", stream, [&](cudaStream_t s) {
+    return ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), impl_->comm, s);
+  });
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, NcclType type, void* stream) {
+  impl_->run("all_gather", stream,
+             [&](cudaStream_t s) { return ncclAllGather(send, recv, count, nccl_type(type), impl_->comm, s); });
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, NcclType type, NcclOp op,
+                                      void* stream) {
+  impl_->run("reduce_scatter", stream, [&](cudaStream_t s) {
+    return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), impl_->comm, s);
+  });
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::size_t count, NcclType type, int root, void* stream) {
+  if (root < 0 || root >= impl_->world_size) {
+    throw ValueError("NCCL broadcast: root " + std::to_string(root) + " outside world size " +
+                     std::to_string(impl_->world_size));
+  }
+  impl_->run("broadcast", stream, [&](cudaStream_t s) {
+    return ncclBroadcast(buffer, buffer, count, nccl_type(type), root, impl_->comm, s);
+  });
+}
+
+void NcclCommunicator::barrier(void* stream) {
+  impl_->run("barrier", stream, [&](cudaStream_t s) {
+    return ncclAllReduce(impl_->barrier_buffer, impl_->barrier_buffer, 1, ncclFloat32, ncclSum, impl_->comm, s);
+  });
+  synchronize();
+}
+
+void NcclCommunicator::synchronize() {
+  impl_->watchdog->wait_all();
+}
+
+}  // namespace hyflow::parallel::detail

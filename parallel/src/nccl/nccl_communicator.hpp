@@ -1,0 +1,47 @@
+#pragma once
+// An NCCL communicator on raw device pointers (no torch): built with HYFLOW_CUDA into
+// hyflow::collectives; ProcessGroup (process_group.cpp) adapts tensors to it. Every collective
+// is enqueued on the caller's stream (asynchronous for the host, ordered with the work around it
+// on that stream) and registered with a CollectiveWatchdog through an event recorded after it.
+
+#include <hyflow/parallel/watchdog.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace hyflow::parallel::detail {
+
+enum class NcclType { f32, f64, f16, bf16, i8, u8, i32, i64 };
+enum class NcclOp { sum, product, min, max, avg };
+
+class NcclCommunicator {
+ public:
+  /// Joins group `group` as `rank` of `world_size` on CUDA device `device` (-1: the current
+  /// one): a store barrier (a timeout names the missing ranks), the unique id from rank 0
+  /// through the store, ncclCommInitRank. Throws hyflow::Error with NCCL's message on failure.
+  NcclCommunicator(KeyValueStore& store, const std::string& group, int rank, int world_size, int device,
+                   std::chrono::milliseconds timeout);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  void all_reduce(const void* send, void* recv, std::size_t count, NcclType type, NcclOp op, void* stream);
+  /// recv holds world_size * count elements, rank r's at r * count.
+  void all_gather(const void* send, void* recv, std::size_t count, NcclType type, void* stream);
+  /// send holds world_size * count elements; recv gets this rank's reduced block of `count`.
+  void reduce_scatter(const void* send, void* recv, std::size_t count, NcclType type, NcclOp op, void* stream);
+  void broadcast(void* buffer, std::size_t count, NcclType type, int root, void* stream);
+  /// An all-reduce of one value on `stream`, then waits for every pending collective.
+  void barrier(void* stream);
+  /// Waits for every pending collective; throws the watchdog's failure.
+  void synchronize();
+  int device() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hyflow::parallel::detail
