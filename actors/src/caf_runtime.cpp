@@ -495,7 +495,8 @@ namespace hyflow::caf_protocol {
 void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DataProto>("hyflow::DataProto");
   cfg.add_message_type<Value>("hyflow::Value");
-  cfg.add_actor_type("hyflow.worker", detail::worker_behavior);
+  // No actor type: CAF's remote spawn service would create workers for any connected peer,
+  // outside the node manager's access control (docs/cluster.md, "Security model").
   cfg.add_error_category(caf::atom("hyflow"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
     const char* name = code == static_cast<uint8_t>(errc::method_failed) ? "method_failed"
                        : code == static_cast<uint8_t>(errc::init_failed)  ? "init_failed"

@@ -1,8 +1,14 @@
-// caf-node: one per machine. Publishes a node manager that spawns registered worker types for
+// caf-node: one per machine. Runs a node manager that spawns registered worker types for
 // controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM.
+//
+// The same file builds the tests' and benches' node, hyflow-test-node (tests/cluster), with
+// HYFLOW_TEST_NODE: it hosts the test workers (EchoWorker, CounterRole, ScaleRole) and the
+// bench worker instead of the role workers. The shipped caf-node hosts no test code.
 #include <hyflow/cluster/all.hpp>
 
+#ifdef HYFLOW_TEST_NODE
 #include "test_workers.hpp"
+#endif
 
 #ifdef HYFLOW_NODE_HAS_WORKERS
 #include <hyflow/workers/register.hpp>
@@ -71,7 +77,9 @@ int main(int argc, char** argv) {
     std::cerr << "caf-node: " << e.what() << "\n";
     return 2;
   }
+#ifdef HYFLOW_TEST_NODE
   test::register_test_workers();
+#endif
 #ifdef HYFLOW_NODE_HAS_WORKERS
   hyflow::workers::register_workers();  // ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 #endif

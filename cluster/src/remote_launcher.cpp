@@ -7,9 +7,12 @@
 #include <hyflow/cluster/remote_launcher.hpp>
 
 #include "detail.hpp"
+#include "front_door.hpp"
+#include "tls_scribe.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/io/basp_broker.hpp>
 #include <caf/openssl/all.hpp>
 
 #include <algorithm>
@@ -44,24 +47,27 @@ struct RemoteLauncher::Impl {
     caf::scoped_actor self{sys};
     const auto timeout = caf::timespan{options.connect_timeout};
     std::string failure;
-    // remote_actor() can hang on a silent peer: ask the middleman with a deadline instead.
-    auto mm = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
-    self->request(mm, timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
-        .receive(
-            [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
-              if (!ptr)
-                failure = "no node manager is published there";
-              else
-                n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
-            },
-            [&](caf::error& e) {
-              failure = e == caf::sec::request_timeout
-                            ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
-                            : sys.render(e);
-              if (e == caf::sec::request_timeout || e == caf::sec::disconnect_during_handshake)
-                failure += tls ? " (over TLS: does the node use TLS, and does each side trust the other's CA?)"
-                               : " (if the node uses TLS, set cluster.tls_cert, cluster.tls_key and cluster.tls_ca)";
-            });
+    auto on_handshake = [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+      if (!ptr)
+        failure = "no node manager is published there";
+      else
+        n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
+    };
+    // Prove the secret at the node's front door first; only then does the connection become a
+    // CAF (BASP) connection, over TLS when this controller has certificates, handed to this
+    // process's BASP broker.
+    const int fd = detail::front_door_connect(host, port, options.secret, tls, options.connect_timeout);
+    auto& mm = sys.middleman();
+    caf::io::scribe_ptr scribe =
+        tls ? detail::make_tls_scribe(sys, fd, /*accepted=*/false) : mm.backend().new_scribe(fd);
+    auto broker = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+    self->request(broker, timeout, caf::connect_atom::value, std::move(scribe), static_cast<uint16_t>(port))
+        .receive(on_handshake, [&](caf::error& e) {
+          failure = e == caf::sec::request_timeout
+                        ? "no CAF handshake within " + std::to_string(options.connect_timeout.count()) + " ms"
+                        : sys.render(e);
+          if (tls) failure += " (over TLS: does each side trust the CA that signed the other's certificate?)";
+        });
     if (!failure.empty()) throw ClusterError("cannot connect to node " + addr + ": " + failure);
     Json hello;
     self->request(n.manager, timeout, detail::hello_atom::value, kNodeProtocolVersion, session_actor)
@@ -69,20 +75,12 @@ struct RemoteLauncher::Impl {
                  [&](caf::error& e) { failure = detail::error_text(sys, e); });
     if (!failure.empty()) throw ClusterError("node " + addr + " refused the controller: " + failure);
     n.session = hello.at("session").get<uint64_t>();
-    n.info = NodeInfo::from_json(hello.at("node"));
+    const Json node = hello.at("node");
+    n.info = NodeInfo::from_json(node);
     if (n.info.protocol_version != kNodeProtocolVersion)
       throw ClusterError("node " + addr + " speaks protocol v" + std::to_string(n.info.protocol_version) +
                          ", this controller v" + std::to_string(kNodeProtocolVersion));
     n.info.address = addr;
-    const std::string nonce = hello.value("nonce", "");
-    if (!nonce.empty()) {
-      if (options.secret.empty())
-        throw ClusterError("node " + addr +
-                           " requires a shared secret and the controller has none (cluster secret file)");
-      self->request(n.manager, timeout, detail::auth_atom::value, n.session, challenge_proof(options.secret, nonce))
-          .receive([](std::string&) {}, [&](caf::error& e) { failure = detail::error_text(sys, e); });
-      if (!failure.empty()) throw ClusterError("node " + addr + ": " + failure);
-    }
     return n;
   }
 };

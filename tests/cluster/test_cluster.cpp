@@ -328,22 +328,3 @@ TEST_CASE("every dispatch mode works across 2 node processes") {
   }
   rt.reset();
 }
-
-TEST_CASE("a controller speaking another protocol version gets a clear error, not a hang") {
-  test::NodeProcess node;
-  auto rt = test::network_runtime();
-  {
-    auto& sys = caf_protocol::system_of(*rt);
-    auto manager = sys.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(node.port()));
-    REQUIRE(manager);
-    caf::scoped_actor self{sys};
-    using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
-    std::string text;
-    self->request(*manager, std::chrono::seconds(5), hello_atom::value, kNodeProtocolVersion + 1,
-                  caf::actor_cast<caf::actor>(self))
-        .receive([&](std::string&) { text = "accepted"; },
-                 [&](caf::error& e) { text = caf::to_string(e.context()); });
-    CHECK(text.find("protocol version mismatch") != std::string::npos);
-  }
-  rt.reset();
-}

@@ -1,13 +1,17 @@
 #pragma once
 // The node side of the cluster (what caf-node runs): an actor system with the middleman and a
-// published node manager that spawns registered worker types for authenticated controllers.
+// node manager that spawns registered worker types for authenticated controllers.
 //
-// Protocol (untyped node manager actor):
-//   ("hf_hello", version, session actor) -> json {nonce, session, node}   (version checked)
-//   ("hf_auth", session, hmac hex)       -> "ok"                           (auth.hpp)
+// The node listens with its own front door (cluster/src/front_door.hpp): a peer must prove the
+// shared secret (HMAC challenge-response in fixed-size frames) before its connection is handed
+// to CAF, over mutual TLS when the node has certificates. So no CAF service or actor of the
+// node is reachable without the secret, and a stranger can make the node read at most 72 bytes.
+//
+// Protocol (untyped node manager actor, reachable only through the front door):
+//   ("hf_hello", version, session actor) -> json {session, node}  (version checked)
 //   ("hf_spawn", session, worker name)   -> actor (an uninitialized worker, detached)
 //   ("hf_port", session)                 -> free TCP port on the node (MASTER_PORT)
-// spawn and port are refused until the session has authenticated.
+// Session ids are random 64-bit numbers; spawn and port need one from hello.
 
 #include <hyflow/cluster/node_info.hpp>
 #include <hyflow/cluster/tls.hpp>
