@@ -328,12 +328,22 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
     auto& st = self->state;
     for (size_t r = 0; r < st.workers.size(); ++r) {
       if (st.workers[r].address() != dm.source) continue;
-      st.death[r] = dm.reason == caf::exit_reason::kill ? "killed" : self->system().render(dm.reason);
+      // A worker's own exit (exit_worker, or its node shutting down) carries its words.
+      const bool own = dm.reason.category() == caf::atom("hyflow") && !context_string(dm.reason, 1).empty();
+      st.death[r] = own                                       ? context_string(dm.reason, 1)
+                    : dm.reason == caf::exit_reason::kill ? "killed"
+                                                          : self->system().render(dm.reason);
       if (st.death[r].empty()) st.death[r] = "stopped";
       (*st.alive)[r] = false;
       for (auto& [id, call] : st.calls) {
         int i = call->index_of(static_cast<int>(r));
-        if (i >= 0) call->fail(static_cast<size_t>(i), died(st, call->method, static_cast<int>(r)));
+        if (i < 0 || call->settled(static_cast<size_t>(i))) continue;
+        // The call cannot succeed any more: it fails now, naming this rank, instead of after
+        // the survivors answer (they may wait for the dead one, e.g. inside a collective).
+        // Every unsettled rank gets the same error; their late answers are dropped.
+        auto error = died(st, call->method, static_cast<int>(r));
+        for (size_t j = 0; j < call->ranks.size(); ++j)
+          if (!call->settled(j)) call->fail(j, error);
       }
     }
     forget_done(st);

@@ -20,6 +20,8 @@ namespace hyflow::cluster::detail {
 using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
 using spawn_atom = caf::atom_constant<caf::atom("hf_spawn")>;
 using port_atom = caf::atom_constant<caf::atom("hf_port")>;
+/// To a RemoteLauncher's session actor: monitor this node manager (address).
+using watch_atom = caf::atom_constant<caf::atom("hf_watch")>;
 
 /// An error of the "hfnode" category carrying `text`.
 caf::error node_error(std::string text);

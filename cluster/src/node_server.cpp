@@ -73,7 +73,9 @@ caf::behavior node_manager(node_actor* self, std::string bind, NodeInfo info) {
     }
   });
   self->set_exit_handler([=](caf::exit_msg& em) {
-    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, caf::exit_reason::user_shutdown);
+    // The workers end with the node's reason (NodeServer::shutdown), which their controllers
+    // report: "caf-node ... received SIGTERM", not CAF's generic user_shutdown.
+    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, em.reason);
     self->state.sessions.clear();
     self->quit(em.reason);
   });
@@ -178,6 +180,7 @@ NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   install_data_plane();              // large DataProtos of the hosted workers' results
   DataPlaneOptions plane;            // the data plane listens where the node does, unless told otherwise
   plane.bind = options.bind;
+  plane.token = data_plane_token(options.secret);  // only peers that know the secret fetch from it
   DataPlane::configure(DataPlaneOptions::from_environment(plane));
   impl_->info = detail::local_node_info();
   const bool tls = !options.tls.empty();
@@ -208,10 +211,18 @@ NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   impl_->info.address = options.bind + ":" + std::to_string(impl_->port);
 }
 
-NodeServer::~NodeServer() {
+void NodeServer::shutdown(const std::string& why) {
   impl_->front_door.reset();  // no new connections
-  if (impl_->manager) caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
+  if (!impl_->manager) return;
+  // In the "hyflow" category as a worker's own exit, so that controllers show `why`.
+  caf::error reason(static_cast<uint8_t>(caf_protocol::errc::worker_exit), caf::atom("hyflow"),
+                    caf::make_message(std::string("exit"), "node " + impl_->info.address + ": " + why));
+  caf::anon_send(impl_->manager, caf::exit_msg{caf::actor_addr{}, std::move(reason)});
   impl_->manager = nullptr;
+}
+
+NodeServer::~NodeServer() {
+  shutdown("the node was shut down");
   // The manager stops every worker; a running method finishes first. Then the broker must
   // handle the workers' down messages before ~actor_system stops the middleman (see
   // "shutdown ordering" above).

@@ -16,6 +16,8 @@
 #include <caf/openssl/all.hpp>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <set>
 
 namespace hyflow::cluster {
@@ -31,6 +33,19 @@ struct RemoteLauncher::Impl {
     uint64_t session = 0;
   };
   Impl(caf::actor_system& s, ClusterOptions o) : sys(s), options(std::move(o)) {}
+  /// Nodes whose manager went down (the connection broke or the node stopped): address -> why.
+  struct Dead {
+    std::mutex mutex;
+    std::map<std::string, std::string> nodes;
+  };
+  std::shared_ptr<Dead> dead = std::make_shared<Dead>();
+  /// ClusterError when node `i` is down, naming it and why.
+  void check_alive(size_t i) const {
+    std::lock_guard lock(dead->mutex);
+    auto it = dead->nodes.find(nodes.at(i).info.address);
+    if (it != dead->nodes.end())
+      throw ClusterError("node " + it->first + " is down (" + it->second + "): no worker can be placed on it");
+  }
   caf::actor_system& sys;
   ClusterOptions options;
   bool tls = false;
@@ -113,14 +128,30 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
                        "', key '" + cfg.openssl_key + "', CA '" + cfg.openssl_cafile + "'); give both the same files");
   }
   install_data_plane();  // large DataProtos of remote calls
+  DataPlane::set_process_token(data_plane_token(options.secret));  // the nodes' data servers require it
   auto impl = std::make_unique<Impl>(sys, std::move(options));
   impl->tls = tls;
-  impl->session_actor = sys.spawn<caf::hidden>([]() -> caf::behavior { return {[](int32_t) {}}; });
+  // The session actor: the nodes monitor it (when it goes, they stop our workers) and it
+  // monitors their managers, so that a node that went down is known at once.
+  impl->session_actor = sys.spawn<caf::hidden>([dead = impl->dead](caf::event_based_actor* self) -> caf::behavior {
+    auto names = std::make_shared<std::map<caf::actor_addr, std::string>>();
+    self->set_down_handler([=](caf::down_msg& dm) {
+      auto it = names->find(dm.source);
+      if (it == names->end()) return;
+      std::lock_guard lock(dead->mutex);
+      dead->nodes[it->second] = self->system().render(dm.reason);
+    });
+    return {[=](detail::watch_atom, caf::actor& manager, std::string& address) {
+      (*names)[manager.address()] = address;
+      self->monitor(manager);
+    }};
+  });
   impl->shutdown_guard = detail::spawn_shutdown_guard(sys);
   try {
     for (const auto& a : addrs) {
       impl->nodes.push_back(impl->connect_node(a));
       impl->infos.push_back(impl->nodes.back().info);
+      caf::anon_send(impl->session_actor, detail::watch_atom::value, impl->nodes.back().manager, a);
     }
   } catch (...) {
     caf::anon_send_exit(impl->session_actor, caf::exit_reason::user_shutdown);
@@ -149,6 +180,8 @@ ResourcePool RemoteLauncher::pool(std::vector<int> process_on_nodes, bool use_gp
   if (process_on_nodes.size() > impl_->nodes.size())
     throw ClusterError("resource shortfall: the pool needs " + std::to_string(process_on_nodes.size()) +
                        " nodes, the cluster has " + std::to_string(impl_->nodes.size()));
+  for (size_t i = 0; i < process_on_nodes.size(); ++i)
+    if (process_on_nodes[i] > 0) impl_->check_alive(i);
   int max_gpus = 0;
   for (size_t i = 0; i < process_on_nodes.size(); ++i) {
     const auto& n = impl_->infos[i];
@@ -179,6 +212,7 @@ std::vector<WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, const std:
                          std::to_string(idx) + ", the cluster has " + std::to_string(im.nodes.size()) + " node(s)");
     node_of.push_back(idx);
   }
+  for (size_t idx : node_of) im.check_alive(idx);  // a dead node never answers: say so now
   caf::scoped_actor self{sys};
   std::vector<caf::actor> spawned;
   auto fail = [&](const std::string& what) {

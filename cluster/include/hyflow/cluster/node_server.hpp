@@ -25,8 +25,8 @@ struct NodeOptions {
   std::string bind = "127.0.0.1";
   int port = 0;        ///< 0: a free port (see NodeServer::port)
   std::string secret;  ///< empty: no authentication (a warning is logged)
-  int heartbeat_interval_ms = 0;
-  int connection_timeout_ms = 0;
+  int heartbeat_interval_ms = 500;  ///< 0: off; the same defaults as RuntimeOptions
+  int connection_timeout_ms = 3000;
   int scheduler_threads = 0;
   /// Mutual TLS: this node's certificate, its private key and the CA that signed the
   /// controllers' certificates (caf-node's --tls-cert, --tls-key, --tls-ca).
@@ -39,7 +39,10 @@ class NodeServer {
   /// TLS file set, ClusterError when the port cannot be opened. Installs this process's data
   /// plane as the payload transfer of the workers it hosts.
   explicit NodeServer(NodeOptions options);
-  /// Stops the node manager and every worker it spawned.
+  /// Stops accepting, then stops the node manager and every worker it spawned; their
+  /// controllers see the workers end with "node host:port: `why`". Idempotent.
+  void shutdown(const std::string& why);
+  /// shutdown("the node was shut down") unless called before, and waits for the workers.
   ~NodeServer();
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;
