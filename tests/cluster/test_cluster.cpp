@@ -308,6 +308,12 @@ void check_collective_failure(int stop_signal) {
       CHECK((e.rank() == 2 || e.rank() == 3));
       CHECK_THAT(e.what(), Catch::Contains("@" + high.address()) && !Catch::Contains("more rank"));
     }
+    // The surviving node serves a new group at once, with its own collective, although the old
+    // workers may still wait inside gloo (each worker has a thread of its own).
+    WorkerGroup again(*rt, cluster->pool(std::vector<int>{2}), WorkerSpec{"CollectiveWorker", Json::object()});
+    CHECK(from_value<std::vector<int>>(again.call("join"), "join") == std::vector<int>{0, 1});
+    CHECK(from_value<std::vector<double>>(again.call("late_all_reduce", -1, 0), "sum") ==
+          std::vector<double>{3.0, 3.0});
     high.signal(SIGCONT);
   }
   rt.reset();
