@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -93,6 +94,7 @@ int remaining_ms(Clock::time_point deadline) {
 struct FrontDoor::Impl {
   struct Pending {
     int fd = -1;
+    std::string peer;  ///< the peer's IP address
     Clock::time_point deadline;
     Bytes32 nonce{};
     std::array<unsigned char, kHelloBytes> hello{};
@@ -116,13 +118,22 @@ struct FrontDoor::Impl {
 
   void accept_one() {
     for (;;) {
-      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
         return;  // EAGAIN, or a transient error (EMFILE, ECONNABORTED): try again on the next event
       }
       count(&FrontDoorStats::accepted);
-      if (pending.size() >= options.max_pending) {
+      char host[INET6_ADDRSTRLEN] = "?";
+      if (addr.ss_family == AF_INET)
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, host, sizeof host);
+      else if (addr.ss_family == AF_INET6)
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, host, sizeof host);
+      const size_t from_peer = static_cast<size_t>(
+          std::count_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.peer == host; }));
+      if (pending.size() >= options.max_pending || from_peer >= options.max_pending_per_peer) {
         ::close(fd);
         count(&FrontDoorStats::over_capacity);
         continue;
@@ -130,6 +141,7 @@ struct FrontDoor::Impl {
       set_nodelay(fd);
       Pending p;
       p.fd = fd;
+      p.peer = host;
       p.deadline = Clock::now() + options.handshake_timeout;
       try {
         p.nonce = random32();

@@ -30,8 +30,10 @@ struct FrontDoorOptions {
   bool tls = false;    ///< announced in the greeting: CAF's connection will be TLS
   /// A peer must complete the handshake within this time from its connect.
   std::chrono::milliseconds handshake_timeout{5000};
-  /// Connections still in the handshake at once; more are closed on accept.
+  /// Connections still in the handshake at once, in all and from one IP address; more are
+  /// closed on accept (one flooding host cannot take every slot).
   size_t max_pending = 32;
+  size_t max_pending_per_peer = 8;
 };
 
 struct FrontDoorStats {
@@ -39,7 +41,7 @@ struct FrontDoorStats {
   uint64_t admitted = 0;       ///< handed to CAF after a good handshake
   uint64_t refused = 0;        ///< wrong secret, wrong version or malformed hello
   uint64_t timed_out = 0;      ///< no complete hello within handshake_timeout
-  uint64_t over_capacity = 0;  ///< closed at once: max_pending handshakes in progress
+  uint64_t over_capacity = 0;  ///< closed at once: max_pending (per peer) handshakes in progress
 };
 
 /// The listening socket and one thread that runs the handshakes (poll; non-blocking sockets).

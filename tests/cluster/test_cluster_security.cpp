@@ -183,7 +183,8 @@ TEST_CASE("a 32-byte BASP header claiming 1 GiB does not make a node allocate it
 TEST_CASE("idle or flooding peers at the front door are timed out or turned away; the node keeps serving") {
   const std::string file = write_secret("flood", "correct horse battery staple");
   test::NodeProcess node({"--secret-file=" + file});
-  // 40 silent connections: at most 32 wait in the handshake, the rest are closed at once.
+  // 40 silent connections from one address: at most 8 wait in the handshake, the rest are
+  // closed at once.
   std::vector<int> fds;
   for (int i = 0; i < 40; ++i) fds.push_back(raw_connect(node.port()));
   int closed_at_once = 0;
@@ -192,7 +193,7 @@ TEST_CASE("idle or flooding peers at the front door are timed out or turned away
     const std::string got = read_until_closed(fd, 300ms, closed);
     if (closed && got.empty()) ++closed_at_once;
   }
-  CHECK(closed_at_once >= 8);
+  CHECK(closed_at_once >= 32);
   // The silent ones are dropped after the 5 s handshake timeout, freeing the door.
   int timed_out = 0;
   for (int fd : fds) {
