@@ -288,7 +288,17 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
             if (call->done()) self->state.calls.erase(id);
           },
           [self, id, call, i, rank](caf::error& e) {
-            call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
+            auto error = to_exception(self->system(), self->state, e, call->method, rank);
+            call->fail(i, error);
+            // A dead worker (its exit, or its node gone) fails the whole call now, as its down
+            // message would: the other ranks may be waiting for it.
+            const auto exit_category = caf::make_error(caf::exit_reason::remote_link_unreachable).category();
+            const bool death = e == caf::sec::request_receiver_down || e.category() == exit_category ||
+                               (e.category() == caf::atom("hyflow") &&
+                                e.code() == static_cast<uint8_t>(errc::worker_exit));
+            if (death)
+              for (size_t j = 0; j < call->ranks.size(); ++j)
+                if (!call->settled(j)) call->fail(j, error);
             if (call->done()) self->state.calls.erase(id);
           });
 }

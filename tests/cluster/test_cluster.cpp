@@ -306,7 +306,9 @@ void check_collective_failure(int stop_signal) {
       FAIL("expected a WorkerDiedError");
     } catch (const WorkerDiedError& e) {
       CHECK((e.rank() == 2 || e.rank() == 3));
-      CHECK_THAT(e.what(), Catch::Contains("@" + high.address()) && !Catch::Contains("more rank"));
+      // Ranks 2 and 3 both died (either may be reported first, the other counted); a survivor
+      // on the low node is never the one named.
+      CHECK_THAT(e.what(), Catch::Contains("@" + high.address()) && !Catch::Contains("@" + low.address()));
     }
     // The surviving node serves a new group at once, with its own collective, although the old
     // workers may still wait inside gloo (each worker has a thread of its own).
