@@ -593,7 +593,7 @@ DataPlane::DataPlane(DataPlaneOptions options) : impl_(std::make_unique<Impl>())
   ::setsockopt(im.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw DataPlaneError(where + ": cannot bind: " + errno_text(errno));
-  if (::listen(im.listener.get(), 64) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
+  if (::listen(im.listener.get(), 512) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
   socklen_t len = sizeof addr;
   ::getsockname(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   im.port = ntohs(addr.sin_port);
@@ -700,8 +700,8 @@ void check_status(uint8_t status, const std::string& what) {
     throw DataPlaneError(what + ": the holder refused the request: wrong data plane token (the controller and the "
                                 "nodes must share the cluster secret)");
   if (status == kStatusBusy)
-    throw DataPlaneError(what + ": the holder refused the request: busy (" + std::to_string(64) +
-                         " transfers in progress)");
+    throw DataPlaneError(what + ": the holder refused the request: busy (" +
+                         std::to_string(DataPlane::Impl::kMaxConnections) + " transfers in progress)");
   throw DataPlaneError(what + ": bad reply status " + std::to_string(status));
 }
 }  // namespace
