@@ -288,7 +288,17 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
             if (call->done()) self->state.calls.erase(id);
           },
           [self, id, call, i, rank](caf::error& e) {
-            call->fail(i, to_exception(self->system(), self->state, e, call->method, rank));
+            auto error = to_exception(self->system(), self->state, e, call->method, rank);
+            call->fail(i, error);
+            // A dead worker (its exit, or its node gone) fails the whole call now, as its down
+            // message would: the other ranks may be waiting for it.
+            const auto exit_category = caf::make_error(caf::exit_reason::remote_link_unreachable).category();
+            const bool death = e == caf::sec::request_receiver_down || e.category() == exit_category ||
+                               (e.category() == caf::atom("hyflow") &&
+                                e.code() == static_cast<uint8_t>(errc::worker_exit));
+            if (death)
+              for (size_t j = 0; j < call->ranks.size(); ++j)
+                if (!call->settled(j)) call->fail(j, error);
             if (call->done()) self->state.calls.erase(id);
           });
 }
@@ -328,12 +338,22 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
     auto& st = self->state;
     for (size_t r = 0; r < st.workers.size(); ++r) {
       if (st.workers[r].address() != dm.source) continue;
-      st.death[r] = dm.reason == caf::exit_reason::kill ? "killed" : self->system().render(dm.reason);
+      // A worker's own exit (exit_worker, or its node shutting down) carries its words.
+      const bool own = dm.reason.category() == caf::atom("hyflow") && !context_string(dm.reason, 1).empty();
+      st.death[r] = own                                       ? context_string(dm.reason, 1)
+                    : dm.reason == caf::exit_reason::kill ? "killed"
+                                                          : self->system().render(dm.reason);
       if (st.death[r].empty()) st.death[r] = "stopped";
       (*st.alive)[r] = false;
       for (auto& [id, call] : st.calls) {
         int i = call->index_of(static_cast<int>(r));
-        if (i >= 0) call->fail(static_cast<size_t>(i), died(st, call->method, static_cast<int>(r)));
+        if (i < 0 || call->settled(static_cast<size_t>(i))) continue;
+        // The call cannot succeed any more: it fails now, naming this rank, instead of after
+        // the survivors answer (they may wait for the dead one, e.g. inside a collective).
+        // Every unsettled rank gets the same error; their late answers are dropped.
+        auto error = died(st, call->method, static_cast<int>(r));
+        for (size_t j = 0; j < call->ranks.size(); ++j)
+          if (!call->settled(j)) call->fail(j, error);
       }
     }
     forget_done(st);
@@ -495,7 +515,8 @@ namespace hyflow::actors::caf_protocol {
 void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<DataProto>("hyflow::DataProto");
   cfg.add_message_type<Value>("hyflow::Value");
-  cfg.add_actor_type("hyflow.worker", detail::worker_behavior);
+  // No actor type: CAF's remote spawn service would create workers for any connected peer,
+  // outside the node manager's access control (docs/cluster.md, "Security model").
   cfg.add_error_category(caf::atom("hyflow"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
     const char* name = code == static_cast<uint8_t>(errc::method_failed) ? "method_failed"
                        : code == static_cast<uint8_t>(errc::init_failed)  ? "init_failed"

@@ -105,7 +105,7 @@ std::vector<Value> PendingCall::take_outputs() {
   for (auto& e : errors_)
     if (e) {
       if (!first) first = e;
-      ++failed;
+      if (e != first || failed == 0) ++failed;  // ranks abandoned with the first error count once
     }
   if (first) {
     if (failed == 1) std::rethrow_exception(first);

@@ -1,8 +1,15 @@
-// caf-node: one per machine. Publishes a node manager that spawns registered worker types for
+// caf-node: one per machine. Runs a node manager that spawns registered worker types for
 // controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM.
+//
+// The same file builds the tests' and benches' node, hyflow-test-node (tests/cluster), with
+// HYFLOW_TEST_NODE: it hosts the test workers (EchoWorker, CounterRole, ScaleRole,
+// CollectiveWorker) and the bench worker instead of the role workers. The shipped caf-node hosts no test code.
 #include <hyflow/cluster/all.hpp>
 
+#ifdef HYFLOW_TEST_NODE
+#include "collective_worker.hpp"
 #include "test_workers.hpp"
+#endif
 
 #ifdef HYFLOW_NODE_HAS_WORKERS
 #include <hyflow/workers/register.hpp>
@@ -27,10 +34,11 @@ int main(int argc, char** argv) {
       "secret-file", po::value<std::string>(),
       "file holding the shared secret controllers must prove (challenge-response); without it any controller that can "
       "reach the port is served")(
-      "heartbeat-ms", po::value<int>()->default_value(0),
+      "heartbeat-ms", po::value<int>()->default_value(500),
       "middleman heartbeat interval in ms (0: off; must match the controller's)")(
-      "connection-timeout-ms", po::value<int>()->default_value(0),
-      "drop a peer silent for this long (0: never; needs heartbeats on both ends)")(
+      "connection-timeout-ms", po::value<int>()->default_value(3000),
+      "drop a peer silent for this long (0: never; needs heartbeats on both ends; must exceed the longest single "
+      "message transfer)")(
       "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)")(
       "tls-cert", po::value<std::string>(),
       "mutual TLS: this node's certificate (PEM); needs --tls-key and --tls-ca as well")(
@@ -71,7 +79,10 @@ int main(int argc, char** argv) {
     std::cerr << "caf-node: " << e.what() << "\n";
     return 2;
   }
+#ifdef HYFLOW_TEST_NODE
   test::register_test_workers();
+  test::register_collective_worker();
+#endif
 #ifdef HYFLOW_NODE_HAS_WORKERS
   hyflow::workers::register_workers();  // ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 #endif
@@ -108,8 +119,9 @@ int main(int argc, char** argv) {
                         " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
     std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
-    hyflow::cluster::cluster_log(std::string("received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") +
-                                 ", shutting down");
+    const std::string received = std::string("caf-node received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM");
+    hyflow::cluster::cluster_log(received + ", shutting down");
+    server.shutdown(received + " and shut down");
     // A worker stuck in a long method cannot be preempted: give shutdown 10 s, then leave.
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::seconds(10));

@@ -20,19 +20,6 @@ std::string to_hex(const unsigned char* p, size_t n) {
   return os.str();
 }
 
-std::string random_nonce() {
-  unsigned char buf[32];
-  if (RAND_bytes(buf, sizeof buf) != 1) throw ClusterError("cannot draw a random challenge (RAND_bytes failed)");
-  return to_hex(buf, sizeof buf);
-}
-
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return d == 0;
-}
-
 }  // namespace detail
 
 std::string read_secret_file(const std::string& path) {

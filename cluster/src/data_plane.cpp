@@ -3,6 +3,10 @@
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -33,8 +37,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr char kMagic[4] = {'H', 'F', 'O', 'B'};
 constexpr uint8_t kOpFetch = 1, kOpDiscard = 2;
-constexpr uint8_t kStatusOk = 0, kStatusUnknown = 1, kStatusEncodeFailed = 2;
+constexpr uint8_t kStatusOk = 0, kStatusUnknown = 1, kStatusEncodeFailed = 2, kStatusBadToken = 3, kStatusBusy = 4;
 constexpr size_t kIdBytes = 16;
+constexpr size_t kTokenBytes = 16;
+constexpr size_t kRequestBytes = 4 + 1 + kIdBytes + kTokenBytes;
 constexpr const char* kRefKey = "$hyflow_object";
 
 std::string errno_text(int e) { return std::strerror(e); }
@@ -234,16 +240,27 @@ std::atomic<uint64_t> client_fetches{0};
 
 std::string describe(const ObjectRef& ref) { return "data plane object " + ref.id + " at " + ref.address(); }
 
+/// The token's bytes (zeros for an empty token); false when it is not 32 hex digits.
+bool token_bytes(const std::string& token, unsigned char* out) {
+  if (token.empty()) {
+    std::memset(out, 0, kTokenBytes);
+    return true;
+  }
+  return from_hex(token, out);
+}
+
 /// Sends one request; returns the connected socket for the reply.
-Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout) {
+Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout, const std::string& token) {
   const std::string what = describe(ref);
-  unsigned char id[kIdBytes];
+  unsigned char id[kIdBytes], tok[kTokenBytes];
   if (!from_hex(ref.id, id)) throw DataPlaneError(what + ": the id is not 32 hex digits");
+  if (!token_bytes(token, tok)) throw DataPlaneError(what + ": the data plane token is not 32 hex digits");
   Fd fd = connect_to(ref.host, ref.port, timeout, what);
-  char req[4 + 1 + kIdBytes];
+  char req[kRequestBytes];
   std::memcpy(req, kMagic, 4);
   req[4] = static_cast<char>(op);
   std::memcpy(req + 5, id, kIdBytes);
+  std::memcpy(req + 5 + kIdBytes, tok, kTokenBytes);
   send_all(fd.get(), req, sizeof req, timeout, what);
   return fd;
 }
@@ -344,7 +361,7 @@ struct DataPlane::Impl {
   std::map<std::string, Object> objects;
   DataPlaneStats stats;
   std::thread acceptor;
-  /// Connections being served (one detached thread each, bounded by io_timeout per operation).
+  /// Requests being served (one detached thread each, bounded by io_timeout per operation).
   static constexpr int kMaxConnections = 64;
   int active = 0;
   std::condition_variable idle;
@@ -361,39 +378,125 @@ struct DataPlane::Impl {
     }
   }
 
+  /// Accepted connections whose request is not complete yet: no thread, no buffer beyond the
+  /// request's 37 bytes. At most kMaxPending (the oldest goes first); each gets
+  /// request_timeout to send its request.
+  struct Pending {
+    Fd fd;
+    Clock::time_point deadline;
+    char req[kRequestBytes] = {};
+    size_t got = 0;
+  };
+  static constexpr size_t kMaxPending = 256;
+  std::vector<Pending> pending;
+  unsigned char token[kTokenBytes] = {};
+  bool check_token = false;  ///< guarded by mutex
+
+  /// A 9-byte refusal (status, zero size) on a fresh socket, then close.
+  static void refuse(Fd fd, uint8_t status) {
+    char head[1 + 8] = {static_cast<char>(status)};
+    [[maybe_unused]] auto n = ::send(fd.get(), head, sizeof head, MSG_NOSIGNAL);
+  }
+
+  /// The request of `p` is complete: check it and hand it to a serving thread.
+  void dispatch(Pending& p) {
+    const uint8_t op = static_cast<uint8_t>(p.req[4]);
+    if (std::memcmp(p.req, kMagic, 4) != 0 || (op != kOpFetch && op != kOpDiscard)) return;  // not ours: hang up
+    std::unique_lock lock(mutex);
+    if (check_token && CRYPTO_memcmp(p.req + 5 + kIdBytes, token, kTokenBytes) != 0) {
+      ++stats.refused;
+      lock.unlock();
+      refuse(std::move(p.fd), kStatusBadToken);
+      return;
+    }
+    if (active >= kMaxConnections) {  // transfers in progress: say so instead of hanging up
+      ++stats.refused;
+      lock.unlock();
+      refuse(std::move(p.fd), kStatusBusy);
+      return;
+    }
+    ++active;
+    lock.unlock();
+    std::string req(p.req, kRequestBytes);
+    try {
+      std::thread([this, fd = p.fd.release(), req]() mutable {
+        serve(Fd(fd), req);
+        std::lock_guard lock(mutex);
+        if (--active == 0) idle.notify_all();
+      }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: refuse this one
+      std::lock_guard relock(mutex);
+      if (--active == 0) idle.notify_all();
+    }
+  }
+
+  /// Reads what `p` sent; true when it is finished with (dispatched or closed).
+  bool progress(Pending& p) {
+    for (;;) {
+      ssize_t k = ::recv(p.fd.get(), p.req + p.got, kRequestBytes - p.got, 0);
+      if (k > 0) {
+        p.got += static_cast<size_t>(k);
+        if (p.got == kRequestBytes) {
+          dispatch(p);
+          return true;
+        }
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      return !(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));  // closed or failed: drop
+    }
+  }
+
   void accept_loop() {
-    pollfd fds[2] = {{listener.get(), POLLIN, 0}, {wake[0], POLLIN, 0}};
+    std::vector<pollfd> fds;
     while (!stopping) {
-      int rc = ::poll(fds, 2, 1000);
+      fds.clear();
+      fds.push_back({listener.get(), POLLIN, 0});
+      fds.push_back({wake[0], POLLIN, 0});
+      int timeout = 1000;  // expiry of stored objects at least once a second
+      const auto now = Clock::now();
+      for (auto& p : pending) {
+        fds.push_back({p.fd.get(), POLLIN, 0});
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now).count();
+        timeout = std::min<int>(timeout, static_cast<int>(std::max<int64_t>(left, 0)));
+      }
+      int rc = ::poll(fds.data(), fds.size(), timeout);
       {
         std::lock_guard lock(mutex);
         expire_locked(Clock::now());
       }
       if (rc < 0 && errno != EINTR) break;
-      if (rc <= 0 || stopping || (fds[1].revents & POLLIN)) continue;
-      int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (c < 0) continue;
-      set_nodelay(c);
-      {
-        std::lock_guard lock(mutex);
-        if (active >= kMaxConnections) {  // a flood of idle connections cannot pin threads
-          ::close(c);
+      if (stopping || (rc > 0 && (fds[1].revents & POLLIN))) continue;
+      std::vector<Pending> still;
+      const auto then = Clock::now();
+      for (size_t i = 0; i < pending.size(); ++i) {
+        auto& p = pending[i];
+        if (rc > 0 && fds[i + 2].revents && progress(p)) continue;
+        if (then >= p.deadline) {  // an idle connection: it never said what it wants
+          std::lock_guard lock(mutex);
+          ++stats.timed_out;
           continue;
         }
-        ++active;
+        still.push_back(std::move(p));
       }
-      try {
-        std::thread([this, c] {
-          serve(Fd(c));
+      pending.swap(still);
+      if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
+      for (;;) {
+        int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        set_nodelay(c);
+        if (pending.size() >= kMaxPending) {  // a flood: the oldest idle connection makes room
+          pending.erase(pending.begin());
           std::lock_guard lock(mutex);
-          if (--active == 0) idle.notify_all();
-        }).detach();
-      } catch (const std::system_error&) {  // no thread to be had: refuse this one
-        ::close(c);
-        std::lock_guard lock(mutex);
-        if (--active == 0) idle.notify_all();
+          ++stats.timed_out;
+        }
+        Pending p;
+        p.fd = Fd(c);
+        p.deadline = Clock::now() + options.request_timeout;
+        pending.push_back(std::move(p));
       }
     }
+    pending.clear();
   }
 
   /// An empty buffer with room for `n` bytes: a spare one when large enough, else fresh.
@@ -415,15 +518,12 @@ struct DataPlane::Impl {
     recycle_locked(bytes);
   }
 
-  /// One request on one connection. Errors only end this connection.
-  void serve(Fd fd) {
+  /// One checked request on one connection. Errors only end this connection.
+  void serve(Fd fd, const std::string& req) {
     const auto timeout = options.io_timeout;
     try {
-      char req[4 + 1 + kIdBytes];
-      recv_all(fd.get(), req, sizeof req, timeout, "data plane server");
       const uint8_t op = static_cast<uint8_t>(req[4]);
-      if (std::memcmp(req, kMagic, 4) != 0 || (op != kOpFetch && op != kOpDiscard)) return;  // not ours: hang up
-      const std::string id = to_hex(reinterpret_cast<const unsigned char*>(req + 5), kIdBytes);
+      const std::string id = to_hex(reinterpret_cast<const unsigned char*>(req.data() + 5), kIdBytes);
       std::optional<Object> object;
       {
         std::lock_guard lock(mutex);
@@ -478,6 +578,8 @@ DataPlane::DataPlane(DataPlaneOptions options) : impl_(std::make_unique<Impl>())
   auto& im = *impl_;
   im.options = std::move(options);
   if (im.options.io_timeout.count() <= 0) throw ValueError("DataPlaneOptions::io_timeout must be positive");
+  if (im.options.request_timeout.count() <= 0) throw ValueError("DataPlaneOptions::request_timeout must be positive");
+  require_token(im.options.token);
   const std::string where = "data plane on " + im.options.bind + ":" + std::to_string(im.options.port);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -491,7 +593,7 @@ DataPlane::DataPlane(DataPlaneOptions options) : impl_(std::make_unique<Impl>())
   ::setsockopt(im.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw DataPlaneError(where + ": cannot bind: " + errno_text(errno));
-  if (::listen(im.listener.get(), 64) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
+  if (::listen(im.listener.get(), 512) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
   socklen_t len = sizeof addr;
   ::getsockname(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   im.port = ntohs(addr.sin_port);
@@ -576,9 +678,41 @@ int DataPlane::port() const { return impl_->port; }
 
 // ---- client -----------------------------------------------------------------------------------
 
+void DataPlane::require_token(const std::string& token) {
+  auto& im = *impl_;
+  unsigned char bytes[kTokenBytes];
+  if (!token.empty() && !from_hex(token, bytes))
+    throw ValueError("data plane token '" + token + "' is not 32 hex digits (data_plane_token)");
+  std::lock_guard lock(im.mutex);
+  im.check_token = !token.empty();
+  if (im.check_token) std::memcpy(im.token, bytes, kTokenBytes);
+  im.options.token = token;
+}
+
+namespace {
+/// The holder's answer to a request: what each refusal means, naming the holder.
+void check_status(uint8_t status, const std::string& what) {
+  if (status == kStatusOk) return;
+  if (status == kStatusUnknown)
+    throw DataPlaneError(what + ": unknown object id (never stored, already fetched, released or expired)");
+  if (status == kStatusEncodeFailed) throw DataPlaneError(what + ": the holder could not encode the object");
+  if (status == kStatusBadToken)
+    throw DataPlaneError(what + ": the holder refused the request: wrong data plane token (the controller and the "
+                                "nodes must share the cluster secret)");
+  if (status == kStatusBusy)
+    throw DataPlaneError(what + ": the holder refused the request: busy (" +
+                         std::to_string(DataPlane::Impl::kMaxConnections) + " transfers in progress)");
+  throw DataPlaneError(what + ": bad reply status " + std::to_string(status));
+}
+}  // namespace
+
 std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::milliseconds timeout) {
+  return fetch(ref, timeout, process_token());
+}
+
+std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::milliseconds timeout, const std::string& token) {
   const std::string what = describe(ref);
-  Fd fd = request(ref, kOpFetch, timeout);
+  Fd fd = request(ref, kOpFetch, timeout, token);
   // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
   std::vector<char> bytes;
   try {
@@ -589,11 +723,7 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
   }
   char head[1 + 8];
   recv_all(fd.get(), head, sizeof head, timeout, what);
-  const auto status = static_cast<uint8_t>(head[0]);
-  if (status == kStatusUnknown)
-    throw DataPlaneError(what + ": unknown object id (never stored, already fetched, released or expired)");
-  if (status == kStatusEncodeFailed) throw DataPlaneError(what + ": the holder could not encode the object");
-  if (status != kStatusOk) throw DataPlaneError(what + ": bad reply status " + std::to_string(status));
+  check_status(static_cast<uint8_t>(head[0]), what);
   const uint64_t size = get_u64(head + 1);
   if (size != ref.size)
     throw DataPlaneError(what + ": the holder announces " + std::to_string(size) + " bytes, the handle says " +
@@ -607,7 +737,7 @@ uint64_t DataPlane::fetches() { return client_fetches.load(); }
 
 bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout) noexcept {
   try {
-    Fd fd = request(ref, kOpDiscard, timeout);
+    Fd fd = request(ref, kOpDiscard, timeout, process_token());
     char status = 0;
     recv_all(fd.get(), &status, 1, timeout, describe(ref));
     return static_cast<uint8_t>(status) == kStatusOk;
@@ -654,13 +784,43 @@ void DataPlane::configure(DataPlaneOptions options) {
   std::lock_guard lock(p.mutex);
   p.enabled = options.enabled;
   p.threshold = options.threshold_bytes;
+  if (options.token.empty() && p.options) options.token = p.options->token;  // set_process_token's stays
   if (p.plane) {
+    if (!options.token.empty()) p.plane->require_token(options.token);
+    p.options->token = options.token;
     p.options->enabled = options.enabled;
     p.options->threshold_bytes = options.threshold_bytes;
     p.options->with_tls = options.with_tls;
   } else {
     p.options = std::move(options);
   }
+}
+
+void DataPlane::set_process_token(const std::string& token) {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  if (p.plane) p.plane->require_token(token);  // checks the format
+  else if (unsigned char b[kTokenBytes]; !token.empty() && !from_hex(token, b))
+    throw ValueError("data plane token '" + token + "' is not 32 hex digits (data_plane_token)");
+  resolved_locked(p);
+  p.options->token = token;
+}
+
+std::string DataPlane::process_token() {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  return p.options ? p.options->token : std::string();
+}
+
+std::string data_plane_token(const std::string& secret) {
+  if (secret.empty()) return {};
+  static const char label[] = "hyflow-data-plane";
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(label),
+            sizeof label - 1, md, &len))
+    throw DataPlaneError("HMAC-SHA256 failed while deriving the data plane token");
+  return to_hex(md, kTokenBytes);
 }
 
 DataPlaneOptions DataPlane::process_options() {

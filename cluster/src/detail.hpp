@@ -18,9 +18,10 @@
 namespace hyflow::cluster::detail {
 
 using hello_atom = caf::atom_constant<caf::atom("hf_hello")>;
-using auth_atom = caf::atom_constant<caf::atom("hf_auth")>;
 using spawn_atom = caf::atom_constant<caf::atom("hf_spawn")>;
 using port_atom = caf::atom_constant<caf::atom("hf_port")>;
+/// To a RemoteLauncher's session actor: monitor this node manager (address).
+using watch_atom = caf::atom_constant<caf::atom("hf_watch")>;
 
 /// An error of the "hfnode" category carrying `text`.
 caf::error node_error(std::string text);
@@ -29,10 +30,6 @@ std::string error_text(caf::actor_system& sys, const caf::error& e);
 
 /// Lower-case hex of `n` bytes.
 std::string to_hex(const unsigned char* p, size_t n);
-/// 256 random bits in hex (OpenSSL's RAND_bytes); ClusterError when none can be drawn.
-std::string random_nonce();
-/// Equality in time independent of where the strings differ.
-bool constant_time_equal(const std::string& a, const std::string& b);
 
 /// A TCP port free on `bind` now (0 when none could be found).
 int free_port(const std::string& bind);

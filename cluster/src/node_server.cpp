@@ -9,12 +9,17 @@
 #include <hyflow/cluster/node_server.hpp>
 
 #include "detail.hpp"
+#include "front_door.hpp"
+#include "tls_scribe.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
+#include <caf/io/basp_broker.hpp>
+
+#include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 namespace hyflow::cluster {
@@ -22,20 +27,18 @@ namespace {
 
 // ---- node manager --------------------------------------------------------------------------
 
+// Every peer that can send the manager a message has passed the front door (the shared secret),
+// so a session is authenticated from its hello on.
 struct Session {
   caf::actor controller;
-  std::string nonce;
-  bool authenticated = false;
   std::vector<caf::actor> workers;
 };
 
 struct node_state {
-  std::string secret;
   std::string bind;
   NodeInfo info;
   std::map<uint64_t, Session> sessions;
   std::map<caf::actor_addr, std::string> worker_names;
-  uint64_t next_session = 1;
   static inline const char* name = "hyflow.node_manager";
 };
 
@@ -46,8 +49,7 @@ void stop_session_workers(node_actor* self, Session& s, const caf::error& reason
   s.workers.clear();
 }
 
-caf::behavior node_manager(node_actor* self, std::string secret, std::string bind, NodeInfo info) {
-  self->state.secret = std::move(secret);
+caf::behavior node_manager(node_actor* self, std::string bind, NodeInfo info) {
   self->state.bind = std::move(bind);
   self->state.info = std::move(info);
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -71,14 +73,16 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
     }
   });
   self->set_exit_handler([=](caf::exit_msg& em) {
-    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, caf::exit_reason::user_shutdown);
+    // The workers end with the node's reason (NodeServer::shutdown), which their controllers
+    // report: "caf-node ... received SIGTERM", not CAF's generic user_shutdown.
+    for (auto& [id, s] : self->state.sessions) stop_session_workers(self, s, em.reason);
     self->state.sessions.clear();
     self->quit(em.reason);
   });
   auto session_of = [=](uint64_t id, const char* what) -> Session* {
     auto it = self->state.sessions.find(id);
-    if (it == self->state.sessions.end() || !it->second.authenticated) {
-      cluster_log(std::string("refused ") + what + " for unauthenticated session " + std::to_string(id));
+    if (it == self->state.sessions.end()) {
+      cluster_log(std::string("refused ") + what + " for unknown session " + std::to_string(id));
       return nullptr;
     }
     return &it->second;
@@ -92,36 +96,20 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
                                     ", controller v" + std::to_string(version));
         }
         if (!controller) return detail::node_error("hello without a session actor");
-        const uint64_t id = st.next_session++;
+        uint64_t id = 0;  // unguessable, so that one controller cannot use another's session
+        while (id == 0 || st.sessions.count(id))
+          if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof id) != 1)
+            return detail::node_error("cannot draw a session id (RAND_bytes failed)");
         Session s;
         s.controller = controller;
-        s.authenticated = st.secret.empty();
-        if (!s.authenticated) s.nonce = detail::random_nonce();
         self->monitor(controller);
-        Json reply{{"nonce", s.nonce}, {"session", id}, {"node", st.info.to_json()}};
         st.sessions.emplace(id, std::move(s));
-        cluster_log("session " + std::to_string(id) + ": hello from a controller" +
-                    (st.secret.empty() ? " (no secret configured: accepted)" : ", challenge sent"));
-        return reply.dump();
-      },
-      [=](detail::auth_atom, uint64_t id, const std::string& proof) -> caf::result<std::string> {
-        auto& st = self->state;
-        auto it = st.sessions.find(id);
-        if (it == st.sessions.end()) return detail::node_error("unknown session " + std::to_string(id));
-        if (it->second.authenticated) return std::string("ok");
-        if (!detail::constant_time_equal(proof, challenge_proof(st.secret, it->second.nonce))) {
-          cluster_log("session " + std::to_string(id) + ": wrong shared secret, refused");
-          self->demonitor(it->second.controller);
-          st.sessions.erase(it);
-          return detail::node_error("authentication failed: the controller's shared secret does not match this node's");
-        }
-        it->second.authenticated = true;
-        cluster_log("session " + std::to_string(id) + ": authenticated");
-        return std::string("ok");
+        cluster_log("session " + std::to_string(id) + ": hello from a controller");
+        return Json{{"session", id}, {"node", st.info.to_json()}}.dump();
       },
       [=](detail::spawn_atom, uint64_t id, const std::string& name) -> caf::result<caf::actor> {
         Session* s = session_of(id, "spawn");
-        if (!s) return detail::node_error("not authenticated: this node requires the shared secret (--secret-file)");
+        if (!s) return detail::node_error("unknown session " + std::to_string(id) + " (say hf_hello first)");
         auto w = caf::actor_cast<caf::actor>(actors::caf_protocol::spawn_worker(self->system()));
         self->monitor(w);
         s->workers.push_back(w);
@@ -130,7 +118,7 @@ caf::behavior node_manager(node_actor* self, std::string secret, std::string bin
         return w;
       },
       [=](detail::port_atom, uint64_t id) -> caf::result<int32_t> {
-        if (!session_of(id, "port")) return detail::node_error("not authenticated");
+        if (!session_of(id, "port")) return detail::node_error("unknown session " + std::to_string(id));
         int p = detail::free_port(self->state.bind);
         if (p == 0) return detail::node_error("no free port on " + self->state.bind);
         return static_cast<int32_t>(p);
@@ -167,12 +155,23 @@ struct NodeServer::Impl {
   caf::actor manager;
   NodeInfo info;
   int port = 0;
+  /// Owns the listening socket; CAF only gets connections that passed it.
+  std::unique_ptr<detail::FrontDoor> front_door;
 };
 
 namespace {
 std::unique_ptr<NodeServer::Impl> make_node_impl(const NodeOptions& o) {
   check_tls_files(o.tls, {"--tls-cert", "--tls-key", "--tls-ca"});  // before CAF sees them
   return std::make_unique<NodeServer::Impl>(o);
+}
+
+/// Hands an authenticated connection to CAF's BASP broker as a server-side connection: the broker
+/// adopts it, registers the node manager as the actor published under `key` and sends its
+/// server handshake, exactly as for a connection its own doorman would have accepted.
+void admit_to_basp(caf::actor_system& sys, const caf::actor& manager, uint16_t key, caf::io::scribe_ptr scribe) {
+  auto broker = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  caf::anon_send(broker, caf::publish_atom::value, std::move(scribe), key,
+                 caf::actor_cast<caf::strong_actor_ptr>(manager), std::set<std::string>{});
 }
 }  // namespace
 
@@ -181,25 +180,49 @@ NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   install_data_plane();              // large DataProtos of the hosted workers' results
   DataPlaneOptions plane;            // the data plane listens where the node does, unless told otherwise
   plane.bind = options.bind;
+  plane.token = data_plane_token(options.secret);  // only peers that know the secret fetch from it
   DataPlane::configure(DataPlaneOptions::from_environment(plane));
   impl_->info = detail::local_node_info();
-  impl_->manager = impl_->system.spawn(node_manager, options.secret, options.bind, impl_->info);
-  const auto port_arg = static_cast<uint16_t>(options.port);
-  auto port = options.tls.empty()
-                  ? impl_->system.middleman().publish(impl_->manager, port_arg, options.bind.c_str(), true)
-                  : caf::openssl::publish(impl_->manager, port_arg, options.bind.c_str(), true);
-  if (!port) {
+  const bool tls = !options.tls.empty();
+  impl_->manager = impl_->system.spawn(node_manager, options.bind, impl_->info);
+  // The front door owns the listening socket: a peer proves the secret before its connection
+  // becomes a CAF connection (over TLS when the node has certificates).
+  auto key = std::make_shared<std::atomic<uint16_t>>(0);
+  auto admit = [sys = &impl_->system, manager = impl_->manager, key, tls](int fd) {
+    try {
+      auto& mm = sys->middleman();
+      caf::io::scribe_ptr scribe =
+          tls ? detail::make_tls_scribe(*sys, fd, /*accepted=*/true) : mm.backend().new_scribe(fd);
+      admit_to_basp(*sys, manager, *key, std::move(scribe));
+    } catch (const std::exception& e) {
+      cluster_log(std::string("front door: cannot hand a connection to CAF: ") + e.what());
+    }
+  };
+  try {
+    impl_->front_door = std::make_unique<detail::FrontDoor>(
+        detail::FrontDoorOptions{.bind = options.bind, .port = options.port, .secret = options.secret, .tls = tls},
+        std::move(admit));
+  } catch (...) {
     caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
-    throw ClusterError("cannot listen on " + options.bind + ":" + std::to_string(options.port) + ": " +
-                       impl_->system.render(port.error()));
+    throw;
   }
-  impl_->port = *port;
-  impl_->info.address = options.bind + ":" + std::to_string(*port);
+  impl_->port = impl_->front_door->port();
+  *key = static_cast<uint16_t>(impl_->port);
+  impl_->info.address = options.bind + ":" + std::to_string(impl_->port);
+}
+
+void NodeServer::shutdown(const std::string& why) {
+  impl_->front_door.reset();  // no new connections
+  if (!impl_->manager) return;
+  // In the "hyflow" category as a worker's own exit, so that controllers show `why`.
+  caf::error reason(static_cast<uint8_t>(actors::caf_protocol::errc::worker_exit), caf::atom("hyflow"),
+                    caf::make_message(std::string("exit"), "node " + impl_->info.address + ": " + why));
+  caf::anon_send(impl_->manager, caf::exit_msg{caf::actor_addr{}, std::move(reason)});
+  impl_->manager = nullptr;
 }
 
 NodeServer::~NodeServer() {
-  if (impl_->manager) caf::anon_send_exit(impl_->manager, caf::exit_reason::user_shutdown);
-  impl_->manager = nullptr;
+  shutdown("the node was shut down");
   // The manager stops every worker; a running method finishes first. Then the broker must
   // handle the workers' down messages before ~actor_system stops the middleman (see
   // "shutdown ordering" above).

@@ -7,12 +7,17 @@
 #include <hyflow/cluster/remote_launcher.hpp>
 
 #include "detail.hpp"
+#include "front_door.hpp"
+#include "tls_scribe.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/io/basp_broker.hpp>
 #include <caf/openssl/all.hpp>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <set>
 
 namespace hyflow::cluster {
@@ -28,6 +33,19 @@ struct RemoteLauncher::Impl {
     uint64_t session = 0;
   };
   Impl(caf::actor_system& s, ClusterOptions o) : sys(s), options(std::move(o)) {}
+  /// Nodes whose manager went down (the connection broke or the node stopped): address -> why.
+  struct Dead {
+    std::mutex mutex;
+    std::map<std::string, std::string> nodes;
+  };
+  std::shared_ptr<Dead> dead = std::make_shared<Dead>();
+  /// ClusterError when node `i` is down, naming it and why.
+  void check_alive(size_t i) const {
+    std::lock_guard lock(dead->mutex);
+    auto it = dead->nodes.find(nodes.at(i).info.address);
+    if (it != dead->nodes.end())
+      throw ClusterError("node " + it->first + " is down (" + it->second + "): no worker can be placed on it");
+  }
   caf::actor_system& sys;
   ClusterOptions options;
   bool tls = false;
@@ -44,24 +62,27 @@ struct RemoteLauncher::Impl {
     caf::scoped_actor self{sys};
     const auto timeout = caf::timespan{options.connect_timeout};
     std::string failure;
-    // remote_actor() can hang on a silent peer: ask the middleman with a deadline instead.
-    auto mm = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
-    self->request(mm, timeout, caf::connect_atom::value, host, static_cast<uint16_t>(port))
-        .receive(
-            [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
-              if (!ptr)
-                failure = "no node manager is published there";
-              else
-                n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
-            },
-            [&](caf::error& e) {
-              failure = e == caf::sec::request_timeout
-                            ? "no answer within " + std::to_string(options.connect_timeout.count()) + " ms"
-                            : sys.render(e);
-              if (e == caf::sec::request_timeout || e == caf::sec::disconnect_during_handshake)
-                failure += tls ? " (over TLS: does the node use TLS, and does each side trust the other's CA?)"
-                               : " (if the node uses TLS, set cluster.tls_cert, cluster.tls_key and cluster.tls_ca)";
-            });
+    auto on_handshake = [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+      if (!ptr)
+        failure = "no node manager is published there";
+      else
+        n.manager = caf::actor_cast<caf::actor>(std::move(ptr));
+    };
+    // Prove the secret at the node's front door first; only then does the connection become a
+    // CAF (BASP) connection, over TLS when this controller has certificates, handed to this
+    // process's BASP broker.
+    const int fd = detail::front_door_connect(host, port, options.secret, tls, options.connect_timeout);
+    auto& mm = sys.middleman();
+    caf::io::scribe_ptr scribe =
+        tls ? detail::make_tls_scribe(sys, fd, /*accepted=*/false) : mm.backend().new_scribe(fd);
+    auto broker = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+    self->request(broker, timeout, caf::connect_atom::value, std::move(scribe), static_cast<uint16_t>(port))
+        .receive(on_handshake, [&](caf::error& e) {
+          failure = e == caf::sec::request_timeout
+                        ? "no CAF handshake within " + std::to_string(options.connect_timeout.count()) + " ms"
+                        : sys.render(e);
+          if (tls) failure += " (over TLS: does each side trust the CA that signed the other's certificate?)";
+        });
     if (!failure.empty()) throw ClusterError("cannot connect to node " + addr + ": " + failure);
     Json hello;
     self->request(n.manager, timeout, detail::hello_atom::value, kNodeProtocolVersion, session_actor)
@@ -69,20 +90,12 @@ struct RemoteLauncher::Impl {
                  [&](caf::error& e) { failure = detail::error_text(sys, e); });
     if (!failure.empty()) throw ClusterError("node " + addr + " refused the controller: " + failure);
     n.session = hello.at("session").get<uint64_t>();
-    n.info = NodeInfo::from_json(hello.at("node"));
+    const Json node = hello.at("node");
+    n.info = NodeInfo::from_json(node);
     if (n.info.protocol_version != kNodeProtocolVersion)
       throw ClusterError("node " + addr + " speaks protocol v" + std::to_string(n.info.protocol_version) +
                          ", this controller v" + std::to_string(kNodeProtocolVersion));
     n.info.address = addr;
-    const std::string nonce = hello.value("nonce", "");
-    if (!nonce.empty()) {
-      if (options.secret.empty())
-        throw ClusterError("node " + addr +
-                           " requires a shared secret and the controller has none (cluster secret file)");
-      self->request(n.manager, timeout, detail::auth_atom::value, n.session, challenge_proof(options.secret, nonce))
-          .receive([](std::string&) {}, [&](caf::error& e) { failure = detail::error_text(sys, e); });
-      if (!failure.empty()) throw ClusterError("node " + addr + ": " + failure);
-    }
     return n;
   }
 };
@@ -115,14 +128,30 @@ std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, Cluste
                        "', key '" + cfg.openssl_key + "', CA '" + cfg.openssl_cafile + "'); give both the same files");
   }
   install_data_plane();  // large DataProtos of remote calls
+  DataPlane::set_process_token(data_plane_token(options.secret));  // the nodes' data servers require it
   auto impl = std::make_unique<Impl>(sys, std::move(options));
   impl->tls = tls;
-  impl->session_actor = sys.spawn<caf::hidden>([]() -> caf::behavior { return {[](int32_t) {}}; });
+  // The session actor: the nodes monitor it (when it goes, they stop our workers) and it
+  // monitors their managers, so that a node that went down is known at once.
+  impl->session_actor = sys.spawn<caf::hidden>([dead = impl->dead](caf::event_based_actor* self) -> caf::behavior {
+    auto names = std::make_shared<std::map<caf::actor_addr, std::string>>();
+    self->set_down_handler([=](caf::down_msg& dm) {
+      auto it = names->find(dm.source);
+      if (it == names->end()) return;
+      std::lock_guard lock(dead->mutex);
+      dead->nodes[it->second] = self->system().render(dm.reason);
+    });
+    return {[=](detail::watch_atom, caf::actor& manager, std::string& address) {
+      (*names)[manager.address()] = address;
+      self->monitor(manager);
+    }};
+  });
   impl->shutdown_guard = detail::spawn_shutdown_guard(sys);
   try {
     for (const auto& a : addrs) {
       impl->nodes.push_back(impl->connect_node(a));
       impl->infos.push_back(impl->nodes.back().info);
+      caf::anon_send(impl->session_actor, detail::watch_atom::value, impl->nodes.back().manager, a);
     }
   } catch (...) {
     caf::anon_send_exit(impl->session_actor, caf::exit_reason::user_shutdown);
@@ -151,6 +180,8 @@ ResourcePool RemoteLauncher::pool(std::vector<int> process_on_nodes, bool use_gp
   if (process_on_nodes.size() > impl_->nodes.size())
     throw ClusterError("resource shortfall: the pool needs " + std::to_string(process_on_nodes.size()) +
                        " nodes, the cluster has " + std::to_string(impl_->nodes.size()));
+  for (size_t i = 0; i < process_on_nodes.size(); ++i)
+    if (process_on_nodes[i] > 0) impl_->check_alive(i);
   int max_gpus = 0;
   for (size_t i = 0; i < process_on_nodes.size(); ++i) {
     const auto& n = impl_->infos[i];
@@ -181,6 +212,7 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
                          std::to_string(idx) + ", the cluster has " + std::to_string(im.nodes.size()) + " node(s)");
     node_of.push_back(idx);
   }
+  for (size_t idx : node_of) im.check_alive(idx);  // a dead node never answers: say so now
   caf::scoped_actor self{sys};
   std::vector<caf::actor> spawned;
   auto fail = [&](const std::string& what) {

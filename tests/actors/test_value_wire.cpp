@@ -4,9 +4,9 @@
 #include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/caf_protocol.hpp>
 
+#include <torch/torch.h>
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
-#include <torch/torch.h>
 
 using namespace hyflow;
 using namespace hyflow::actors;
@@ -97,4 +97,73 @@ TEST_CASE("a launcher built on the CAF worker protocol places the workers of a g
     CHECK(who[2] == "rank 2/3");
   }
   rt.reset();
+}
+
+namespace {
+/// Bytes of `depth` nested one-item lists around a none, written as the Value encoder would.
+std::vector<char> nested_lists(caf::actor_system& sys, int depth) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  bool ok = true;
+  for (int i = 0; i < depth; ++i) {
+    uint8_t tag = 3;
+    uint64_t n = 1;
+    ok = ok && !sink(tag, n);
+  }
+  uint8_t none = 0;
+  REQUIRE((ok && !sink(none)));
+  return buf;
+}
+
+std::string decode_error(caf::actor_system& sys, const std::vector<char>& buf) {
+  caf::binary_deserializer source{sys, buf};
+  Value out;
+  auto err = source(out);
+  return err ? sys.render(err) : std::string();
+}
+}  // namespace
+
+TEST_CASE("a Value nested 1,000,000 lists deep is a decode error naming the depth bound, not a stack overflow") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  CHECK(decode_error(sys, nested_lists(sys, 64)).empty());  // at the bound: fine
+  CHECK_THAT(decode_error(sys, nested_lists(sys, 65)), Catch::Contains("nested deeper than 64 levels"));
+  CHECK_THAT(decode_error(sys, nested_lists(sys, 1000000)), Catch::Contains("nested deeper than 64 levels"));
+}
+
+TEST_CASE("a Value list count beyond the bytes in the message is a decode error naming both") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  uint8_t tag = 3;
+  uint64_t n = uint64_t{1} << 40;
+  REQUIRE_FALSE(sink(tag, n));
+  CHECK_THAT(decode_error(sys, buf), Catch::Contains("list of 1099511627776 items, 0 bytes left"));
+}
+
+TEST_CASE("a JSON payload nested deeper than 256 levels is a decode error naming its size") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto encode = [&](const std::string& text) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    uint8_t tag = 2;
+    std::string copy = text;
+    REQUIRE_FALSE(sink(tag, copy));
+    return buf;
+  };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THAT(decode_error(sys, encode(deep)), Catch::Contains("JSON payload of 200000 bytes nests deeper than 256"));
+  // Brackets inside strings do not count.
+  CHECK(decode_error(sys, encode("{\"k\": \"" + std::string(1000, '[') + "\"}")).empty());
+}
+
+TEST_CASE("register_types registers no actor type, so CAF's spawn service has nothing to create") {
+  caf::actor_system_config cfg;
+  caf_protocol::register_types(cfg);
+  CHECK(cfg.actor_factories.empty());
+  caf::actor_system sys{cfg};
+  auto w = sys.spawn<caf_protocol::worker_actor>("hyflow.worker", caf::make_message());
+  CHECK_FALSE(w);
 }

@@ -42,7 +42,7 @@ Finished run_node(const std::string& args) {
 }
 
 /// A bare CAF actor system with the openssl module and `files`: a TLS client that is not a
-/// hyflow Runtime, to see what a TLS node accepts.
+/// hyflow Runtime (an attacker holding a certificate), to see what a TLS node accepts.
 struct TlsClientConfig : caf::actor_system_config {
   explicit TlsClientConfig(const test::TlsFiles& f) {
     load<caf::io::middleman>();
@@ -53,7 +53,8 @@ struct TlsClientConfig : caf::actor_system_config {
   }
 };
 
-/// Connects over TLS and says hello to the node manager: its JSON answer, or "error: ...".
+/// Connects with CAF's own TLS client and says hello to the node manager: its JSON answer, or
+/// "error: ...".
 std::string tls_hello(const test::TlsFiles& files, int port) {
   TlsClientConfig cfg(files);
   caf::actor_system sys{cfg};
@@ -114,17 +115,29 @@ TEST_CASE("caf-node refuses a partial or bad TLS file set at start-up, naming th
   CHECK_THROWS_WITH(with_tls({}, node), Contains("network"));
 }
 
-TEST_CASE("a TLS node serves a client whose certificate its CA signed and refuses others within the bound") {
+TEST_CASE("a TLS node serves a controller whose certificate its CA signed and refuses others within the bound") {
   test::TlsCertificates certs;
   test::NodeProcess node(certs.node_flags());
-  // A certificate from the node's CA: the TLS handshake and the hello go through.
-  const std::string ok = tls_hello(certs.files("controller"), node.port());
-  CHECK_THAT(ok, Contains("\"session\""));
-  // A certificate signed by another CA (the client trusts the node's CA): refused.
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string rogue = tls_hello(certs.files("rogue"), node.port());
-  CHECK_THAT(rogue, Contains("error"));
-  CHECK(std::chrono::steady_clock::now() - t0 < 8s);
+  {
+    // A certificate from the node's CA: the front door, the TLS handshake and the hello go through.
+    const auto controller = certs.files("controller");
+    auto rt = tls_runtime(controller);
+    auto cluster = RemoteLauncher::connect(*rt, tls_cluster({node.address()}, controller));
+    CHECK(cluster->nodes().size() == 1);
+    CHECK(cluster->nodes()[0].cpus >= 1);
+    cluster.reset();
+    rt.reset();
+  }
+  {
+    // A certificate signed by another CA (the client trusts the node's CA): refused.
+    const auto rogue = certs.files("rogue");
+    auto rt = tls_runtime(rogue);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, tls_cluster({node.address()}, rogue)),
+                      Contains("cannot connect to node " + node.address()));
+    CHECK(std::chrono::steady_clock::now() - t0 < 8s);
+    rt.reset();
+  }
   // A plain (non-TLS) controller: a clear ClusterError naming the node, within the bound.
   RuntimeOptions ro;
   ro.network = true;
@@ -137,6 +150,25 @@ TEST_CASE("a TLS node serves a client whose certificate its CA signed and refuse
     CHECK_THAT(std::string(e.what()), Contains("cannot connect to node " + node.address()) && Contains("TLS"));
   }
   CHECK(std::chrono::steady_clock::now() - t1 < 6s);
+  rt.reset();
+}
+
+TEST_CASE("a certificate signed by the node's CA without the secret reaches nothing of CAF on a TLS node") {
+  test::TlsCertificates certs;
+  const std::string secret_file = certs.path("secret");
+  std::ofstream(secret_file) << "tls and a secret\n";
+  auto flags = certs.node_flags();
+  flags.push_back("--secret-file=" + secret_file);
+  test::NodeProcess node(flags);
+  // CAF's own TLS client with a good certificate: the node speaks its front door first, so no
+  // CAF session (remote spawn, SpawnServ, ConfigServ, the node manager) comes about.
+  const std::string probe = tls_hello(certs.files("controller"), node.port());
+  CHECK_THAT(probe, Contains("error"));
+  // A hyflow controller with the certificate but without the secret is refused at the door.
+  const auto controller = certs.files("controller");
+  auto rt = tls_runtime(controller);
+  CHECK_THROWS_WITH(RemoteLauncher::connect(*rt, tls_cluster({node.address()}, controller)),
+                    Contains("requires a shared secret"));
   rt.reset();
 }
 

@@ -11,9 +11,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -50,13 +53,13 @@ class FakeHolder {
     ::close(fd_);
   }
   int port() const { return port_; }
-  /// Accepts one connection, reads the 21-byte request, then runs `then(fd)` and closes.
+  /// Accepts one connection, reads the 37-byte request, then runs `then(fd)` and closes.
   template <class F>
   void serve_once(F then) {
     thread_ = std::thread([this, then] {
       int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) return;
-      char req[21];
+      char req[37];
       size_t got = 0;
       while (got < sizeof req) {
         ssize_t k = ::recv(c, req + got, sizeof req - got, 0);
@@ -113,6 +116,59 @@ class ScopedEnv {
 }  // namespace
 
 // ---- the plane in one process -----------------------------------------------------------------
+
+namespace {
+/// A plain TCP connection to 127.0.0.1:port that sends nothing.
+int idle_connection(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+}  // namespace
+
+TEST_CASE("300 idle connections to a data server do not keep a fetch from being served; they are closed later") {
+  DataPlaneOptions o;
+  o.token = data_plane_token("cluster secret");
+  o.request_timeout = 500ms;
+  DataPlane plane(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) idle.push_back(idle_connection(plane.port()));
+  auto ref = plane.put(pattern(1000));
+  CHECK(DataPlane::fetch(ref, 2s, o.token) == pattern(1000));
+  // The idle ones never said what they want: closed after request_timeout (or to make room).
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+    char c;
+    CHECK(::recv(fd, &c, 1, 0) <= 0);
+    ::close(fd);
+  }
+  CHECK(plane.stats().timed_out == 300);
+  CHECK(plane.stats().fetched == 1);
+}
+
+TEST_CASE("a request without the cluster's data plane token is refused with a reply naming the holder and why") {
+  DataPlaneOptions o;
+  o.token = data_plane_token("cluster secret");
+  DataPlane plane(o);
+  auto ref = plane.put(pattern(100));
+  const std::string holder = "127.0.0.1:" + std::to_string(plane.port());
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, data_plane_token("another secret")),
+                    Catch::Contains(holder) && Catch::Contains("wrong data plane token"));
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, ""), Catch::Contains("wrong data plane token"));
+  CHECK(plane.held() == 1);  // the object is still there for the rightful fetcher
+  CHECK(plane.stats().refused == 2);
+  CHECK(DataPlane::fetch(ref, 2s, o.token) == pattern(100));
+  // The token is derived from the secret: the same for every process of a cluster, 128 bits.
+  CHECK(data_plane_token("cluster secret") == o.token);
+  CHECK(data_plane_token("cluster secret").size() == 32);
+  CHECK(data_plane_token("").empty());
+  CHECK_THROWS_AS(plane.require_token("not hex"), ValueError);
+}
 
 TEST_CASE("a stored object is fetched bit for bit exactly once; a second fetch is an unknown id") {
   DataPlane plane;
@@ -354,6 +410,29 @@ TEST_CASE("a 64 MiB DataProto goes to a caf-node worker and back over the data p
     check_same(back, batch);
   }
   rt.reset();
+}
+
+TEST_CASE("with a shared secret, large DataProtos travel both ways between token-checking data servers") {
+  test::register_test_workers();
+  const std::string file = "/tmp/hyflow-data-plane-secret-" + std::to_string(getpid());
+  std::ofstream(file) << "data plane secret\n";
+  test::NodeProcess node({"--secret-file=" + file});
+  auto rt = test::network_runtime();
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .secret = read_secret_file(file)});
+    CHECK(DataPlane::process_token() == data_plane_token("data plane secret"));
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
+    const DataProto batch = big_batch(int64_t{4} << 20);
+    const auto fetches_before = DataPlane::fetches();
+    DataProto back = wg.call(&test::EchoWorker::identity, batch);
+    CHECK(DataPlane::fetches() == fetches_before + 1);  // the result came over the node's data server
+    CHECK(DataPlane::process().stats().refused == 0);
+    check_same(back, batch);
+  }
+  rt.reset();
+  DataPlane::set_process_token("");  // the other tests run without a secret
+  std::remove(file.c_str());
 }
 
 TEST_CASE("DP_COMPUTE_PROTO over 2 remote ranks: every chunk goes by data plane, the concat is bit for bit") {

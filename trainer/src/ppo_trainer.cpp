@@ -256,9 +256,12 @@ void PPOTrainer::Impl::setup() {
   workers::register_workers();
   std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")),
                             static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
+  WorkerGroupOptions group_options;  // trainer.call_timeout_s: a call no rank answers in time fails
+  if (c.get_int("trainer.call_timeout_s") > 0)
+    group_options.call_deadline = std::chrono::seconds(c.get_int("trainer.call_timeout_s"));
   if (c.is_null("cluster.nodes")) {
     runtime = std::make_unique<Runtime>();
-    bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles));
+    bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles), group_options);
   } else {
     // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
     // n_gpus_per_node workers each
@@ -293,7 +296,7 @@ void PPOTrainer::Impl::setup() {
     runtime = std::make_unique<Runtime>(ro);
     auto nodes = cluster::RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(nodes);
-    bundle.emplace(*runtime, nodes->pool(per_node), colocated_spec(roles));
+    bundle.emplace(*runtime, nodes->pool(per_node), colocated_spec(roles), group_options);
   }
   std::vector<std::string> names;
   for (const auto& r : roles) names.push_back(r.first);

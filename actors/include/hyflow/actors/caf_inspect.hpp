@@ -6,12 +6,14 @@
 #include <hyflow/actors/value.hpp>
 #include <hyflow/dataproto/caf_inspect.hpp>
 
+#include <caf/binary_deserializer.hpp>
 #include <caf/deserializer.hpp>
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/sec.hpp>
 #include <caf/serializer.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -38,7 +40,40 @@ inline caf::error inspect(caf::serializer& f, Value& x) {
   return {};
 }
 
-inline caf::error inspect(caf::deserializer& f, Value& x) {
+namespace detail {
+
+/// Deepest list nesting a decoded Value may have (the decoder recurses once per level).
+inline constexpr int kMaxValueDepth = 64;
+/// Deepest bracket nesting of a JSON payload inside a decoded Value.
+inline constexpr int kMaxJsonDepth = 256;
+
+/// How deep `text` nests arrays and objects (brackets outside strings), stopping at `limit` + 1.
+inline int json_depth(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == '[' || c == '{')
+      deepest = std::max(deepest, ++depth);
+    else if (c == ']' || c == '}')
+      --depth;
+    if (deepest > limit) break;
+  }
+  return deepest;
+}
+
+/// Decodes one Value; `depth` is the number of lists it would be nested in if it is a list.
+inline caf::error decode_value(caf::deserializer& f, Value& x, int depth) {
   uint8_t tag = 0;
   if (auto err = f(tag)) return err;
   switch (tag) {
@@ -54,6 +89,10 @@ inline caf::error inspect(caf::deserializer& f, Value& x) {
     case 2: {
       std::string text;
       if (auto err = f(text)) return err;
+      if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+        return caf::make_error(caf::sec::invalid_argument, "Value: JSON payload of " + std::to_string(text.size()) +
+                                                               " bytes nests deeper than " +
+                                                               std::to_string(kMaxJsonDepth) + " levels");
       try {
         x = Value(Json::parse(text));
       } catch (const Json::exception& e) {
@@ -62,12 +101,20 @@ inline caf::error inspect(caf::deserializer& f, Value& x) {
       return {};
     }
     case 3: {
+      if (depth > kMaxValueDepth)
+        return caf::make_error(caf::sec::invalid_argument,
+                               "Value: lists nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
       uint64_t n = 0;
       if (auto err = f(n)) return err;
+      // Each item takes at least its tag byte: a count beyond what is left is a lie.
+      if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f); bin && n > bin->remaining())
+        return caf::make_error(caf::sec::invalid_argument, "Value: list of " + std::to_string(n) + " items, " +
+                                                               std::to_string(bin->remaining()) +
+                                                               " bytes left in the message");
       Value::List items;
       for (uint64_t i = 0; i < n; ++i) {
         Value item;
-        if (auto err = inspect(f, item)) return err;
+        if (auto err = decode_value(f, item, depth + 1)) return err;
         items.push_back(std::move(item));
       }
       x = Value(std::move(items));
@@ -76,6 +123,15 @@ inline caf::error inspect(caf::deserializer& f, Value& x) {
     default:
       return caf::make_error(caf::sec::invalid_argument, "Value: unknown tag " + std::to_string(tag));
   }
+}
+
+}  // namespace detail
+
+/// Decodes what the serializer overload wrote. Bounded: lists nest at most
+/// detail::kMaxValueDepth levels, JSON payloads detail::kMaxJsonDepth, and a list count cannot
+/// exceed the bytes left; anything else is an error naming the bound, never a crash.
+inline caf::error inspect(caf::deserializer& f, Value& x) {
+  return detail::decode_value(f, x, 1);
 }
 
 /// Printing inspectors (deep_to_string): the kind only.

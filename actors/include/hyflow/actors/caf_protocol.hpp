@@ -30,10 +30,10 @@ using worker_actor = caf::typed_actor<caf::replies_to<init_atom, std::string, st
 /// Error codes of the "hyflow" category.
 enum class errc : uint8_t { method_failed = 1, init_failed = 2, worker_exit = 3 };
 
-/// Registers what every node needs: DataProto and Value message types, the "hyflow" error
-/// category, and the actor type "hyflow.worker" (a worker waiting for hf_init) for
-/// remote_spawn. remote_spawn cannot make it detached, so a node manager that calls
-/// spawn_worker on request is the better host for blocking compute.
+/// Registers what every node needs: DataProto and Value message types and the "hyflow" error
+/// category. No actor type is registered: CAF's remote spawn would create workers for any
+/// connected peer; workers are spawned only by a node manager for an authenticated
+/// controller (spawn_worker).
 void register_types(caf::actor_system_config& cfg);
 
 /// Spawns an uninitialized worker actor (detached: its own thread).

@@ -62,11 +62,13 @@ struct RuntimeOptions {
   /// Load CAF's middleman (networking), needed to place workers on caf-node processes
   /// (hyflow/cluster/remote_launcher.hpp).
   bool network = false;
-  /// Middleman heartbeats (0: off). Both ends must agree: a node without heartbeats drops
-  /// an idle link after the other's connection timeout. With them, a hung node (SIGSTOP, a
-  /// cut network) is noticed after connection_timeout_ms.
-  int heartbeat_interval_ms = 0;
-  int connection_timeout_ms = 0;
+  /// Middleman heartbeats (0: off), on by default for networked runtimes. Both ends must
+  /// agree: a node without heartbeats drops an idle link after the other's connection timeout
+  /// (caf-node's --heartbeat-ms and --connection-timeout-ms have the same defaults). With them,
+  /// a hung node (SIGSTOP, a cut network) is noticed after connection_timeout_ms, which must
+  /// exceed the longest single CAF message transfer (large DataProtos use the data plane).
+  int heartbeat_interval_ms = 500;
+  int connection_timeout_ms = 3000;
   /// Further configuration of the actor system before it starts, run last (after the
   /// middleman is loaded when `network` is set). The cluster module's mutual TLS is set this
   /// way (hyflow::cluster::with_tls in hyflow/cluster/tls.hpp), so that this module links

@@ -1,7 +1,8 @@
 #pragma once
-// Node access control: a shared secret and an HMAC challenge-response. A node sends a random
-// 256-bit challenge; the controller answers HMAC-SHA256(secret, challenge), so the secret never
-// crosses the network. Until a session has answered, the node runs nothing for it.
+// Node access control: a shared secret and an HMAC challenge-response, run by the node's front
+// door on the raw TCP connection before CAF sees it (cluster/src/front_door.hpp): both sides
+// send a random 256-bit nonce and prove the secret with HMAC-SHA256 over both, so the secret
+// never crosses the network. Until a peer has proven it, the node runs nothing for it.
 
 #include <string>
 

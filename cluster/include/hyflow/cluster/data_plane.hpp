@@ -9,9 +9,14 @@
 // fetched, when its call settles (answered, failed, timed out), or after object_ttl.
 //
 // Protocol (one request per connection, little-endian):
-//   client -> "HFOB" | op (1 = fetch, 2 = discard) | 16-byte id
-//   fetch:   server -> status (0 = ok, 1 = unknown id) | u64 size | size bytes
+//   client -> "HFOB" | op (1 = fetch, 2 = discard) | 16-byte id | 16-byte token
+//   fetch:   server -> status | u64 size | size bytes
 //   discard: server -> status
+//   status: 0 ok, 1 unknown id, 2 encoding failed, 3 wrong token, 4 busy (refusals send a zero size)
+// The token is data_plane_token(cluster secret): a server with a token answers nothing else. An
+// accepted connection costs the server no thread until its whole request (37 bytes) has
+// arrived; one that has not sent it within request_timeout is closed, and when 256 such
+// connections wait, the oldest is closed to make room.
 // Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
 // holder's address and the object id.
 //
@@ -51,6 +56,11 @@ struct DataPlaneOptions {
   size_t threshold_bytes = size_t{1} << 20;
   /// Limit on every single socket operation (connect, each wait to send or receive).
   std::chrono::milliseconds io_timeout{10000};
+  /// An accepted connection must deliver its whole request within this (idle peers are closed).
+  std::chrono::milliseconds request_timeout{2000};
+  /// Token every request must carry (32 hex digits, data_plane_token() of the cluster secret);
+  /// empty: not checked. NodeServer and RemoteLauncher::connect set the process-wide one.
+  std::string token;
   /// Objects put with `expires` that nobody fetched or released are dropped after this long
   /// (results a worker holds for a controller that went away).
   std::chrono::milliseconds object_ttl{600000};
@@ -90,6 +100,8 @@ struct DataPlaneStats {
   uint64_t released = 0;  ///< freed by release() or a peer's discard before being fetched
   uint64_t expired = 0;   ///< freed after object_ttl
   uint64_t unknown = 0;   ///< requests for ids it does not hold
+  uint64_t refused = 0;   ///< requests with a wrong token, or while every serving thread was busy
+  uint64_t timed_out = 0; ///< connections closed before sending a whole request
   uint64_t bytes_served = 0;
 };
 
@@ -122,7 +134,11 @@ class DataPlane {
   /// Pulls the object from its holder (which frees it there). DataPlaneError naming the
   /// holder and the id on a refused connection, a timeout, a short read, a size that differs
   /// from the handle's, or an id the holder does not have.
+  /// Sends the process-wide token (set_process_token); a holder that refuses the token or is
+  /// busy is named with the reason.
   static std::vector<char> fetch(const ObjectRef& ref, std::chrono::milliseconds io_timeout);
+  /// The same with an explicit token (empty: zeros).
+  static std::vector<char> fetch(const ObjectRef& ref, std::chrono::milliseconds io_timeout, const std::string& token);
   /// Asks the holder to free the object; true when it held it. Never throws: an unreachable
   /// holder is reported as false (its objects expire anyway).
   static bool discard(const ObjectRef& ref, std::chrono::milliseconds io_timeout) noexcept;
@@ -132,8 +148,15 @@ class DataPlane {
   /// The process-wide plane used by the runtime, started on first use with the options given
   /// to configure(), else DataPlaneOptions::from_environment().
   static DataPlane& process();
+  /// Requires `token` (32 hex digits; empty: none) on every later request to this server;
+  /// ValueError for a malformed token.
+  void require_token(const std::string& token);
+  /// The token this process sends with fetch/discard and its own plane requires.
+  static void set_process_token(const std::string& token);
+  static std::string process_token();
   /// Options of the process-wide plane (the threshold decides what travels over it). Called
-  /// after the plane has started, only the threshold, `enabled` and `with_tls` change.
+  /// after the plane has started, only the threshold, `enabled`, `with_tls` and the token
+  /// change; an empty token keeps the one set before.
   static void configure(DataPlaneOptions options);
   /// The options the process-wide plane has or will start with.
   static DataPlaneOptions process_options();
@@ -143,6 +166,10 @@ class DataPlane {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// The data plane token of a cluster: HMAC-SHA256(secret, "hyflow-data-plane") cut to 128 bits,
+/// in hex; empty for an empty secret. Every process of the cluster derives the same one.
+std::string data_plane_token(const std::string& secret);
 
 /// Whether this process sends large DataProtos over its data plane: enabled, and either its
 /// CAF connections are not TLS (`caf_uses_tls`) or `with_tls` is set.

@@ -11,7 +11,8 @@
 namespace hyflow::cluster {
 
 /// Version of the controller <-> node protocol; a mismatch is a ClusterError on connect.
-inline constexpr uint32_t kNodeProtocolVersion = 1;
+/// v2: plain nodes authenticate at a front door before CAF (cluster/src/front_door.hpp).
+inline constexpr uint32_t kNodeProtocolVersion = 2;
 
 /// Connecting to, authenticating with or placing workers on a node failed. what() names the
 /// node ("host:port") and the cause.

@@ -1,13 +1,17 @@
 #pragma once
 // The node side of the cluster (what caf-node runs): an actor system with the middleman and a
-// published node manager that spawns registered worker types for authenticated controllers.
+// node manager that spawns registered worker types for authenticated controllers.
 //
-// Protocol (untyped node manager actor):
-//   ("hf_hello", version, session actor) -> json {nonce, session, node}   (version checked)
-//   ("hf_auth", session, hmac hex)       -> "ok"                           (auth.hpp)
+// The node listens with its own front door (cluster/src/front_door.hpp): a peer must prove the
+// shared secret (HMAC challenge-response in fixed-size frames) before its connection is handed
+// to CAF, over mutual TLS when the node has certificates. So no CAF service or actor of the
+// node is reachable without the secret, and a stranger can make the node read at most 72 bytes.
+//
+// Protocol (untyped node manager actor, reachable only through the front door):
+//   ("hf_hello", version, session actor) -> json {session, node}  (version checked)
 //   ("hf_spawn", session, worker name)   -> actor (an uninitialized worker, detached)
 //   ("hf_port", session)                 -> free TCP port on the node (MASTER_PORT)
-// spawn and port are refused until the session has authenticated.
+// Session ids are random 64-bit numbers; spawn and port need one from hello.
 
 #include <hyflow/cluster/node_info.hpp>
 #include <hyflow/cluster/tls.hpp>
@@ -21,8 +25,8 @@ struct NodeOptions {
   std::string bind = "127.0.0.1";
   int port = 0;        ///< 0: a free port (see NodeServer::port)
   std::string secret;  ///< empty: no authentication (a warning is logged)
-  int heartbeat_interval_ms = 0;
-  int connection_timeout_ms = 0;
+  int heartbeat_interval_ms = 500;  ///< 0: off; the same defaults as RuntimeOptions
+  int connection_timeout_ms = 3000;
   int scheduler_threads = 0;
   /// Mutual TLS: this node's certificate, its private key and the CA that signed the
   /// controllers' certificates (caf-node's --tls-cert, --tls-key, --tls-ca).
@@ -35,7 +39,10 @@ class NodeServer {
   /// TLS file set, ClusterError when the port cannot be opened. Installs this process's data
   /// plane as the payload transfer of the workers it hosts.
   explicit NodeServer(NodeOptions options);
-  /// Stops the node manager and every worker it spawned.
+  /// Stops accepting, then stops the node manager and every worker it spawned; their
+  /// controllers see the workers end with "node host:port: `why`". Idempotent.
+  void shutdown(const std::string& why);
+  /// shutdown("the node was shut down") unless called before, and waits for the workers.
   ~NodeServer();
   NodeServer(const NodeServer&) = delete;
   NodeServer& operator=(const NodeServer&) = delete;
