@@ -114,8 +114,8 @@ TEST_CASE(
     INFO(outcome);
     if (outcome == "connected") {
       // What the attacker did next: CAF's spawn server creates a worker for anyone.
-      auto w = sys.middleman().remote_spawn<actors::caf_protocol::worker_actor>(nid, "hyflow.worker", caf::make_message(),
-                                                                        std::chrono::seconds(3));
+      auto w = sys.middleman().remote_spawn<actors::caf_protocol::worker_actor>(
+          nid, "hyflow.worker", caf::make_message(), std::chrono::seconds(3));
       CHECK_FALSE(w);
       auto spawn_server = sys.middleman().remote_lookup(caf::atom("SpawnServ"), nid);
       auto config_server = sys.middleman().remote_lookup(caf::atom("ConfigServ"), nid);
