@@ -376,6 +376,26 @@ TEST_CASE("DAPO dynamic sampling resumes at its data position: the next step equ
   REQUIRE(t.history().size() == 1);
   CHECK(t.history().back().at("training/global_step") == 3);
   require_same_metrics(t.history().back(), full_step3);
+
+  // the cursor counts generation batches of the checkpoint's size
+  Config other = dapo_config(b.path, "dapo_test_half_flat");
+  other.set("data.gen_batch_size", "8");
+  PPOTrainer u(other);
+  u.init_workers();
+  CHECK_THROWS_WITH(u.fit(), Catch::Contains("data.gen_batch_size") && Catch::Contains("global_step_2"));
+}
+
+TEST_CASE("DAPO dynamic sampling stops when the data of total_epochs runs out before a batch is full") {
+  TempDir out("dapo_out");
+  Config c = dapo_config(out.path, "dapo_test_flat");  // every group is dropped
+  c.set("data.synthetic.train_size", "8");
+  c.set("trainer.total_training_steps", "null");
+  c.set("trainer.total_epochs", "2");
+  PPOTrainer t(c);
+  t.init_workers();
+  CHECK(t.total_training_steps() == 4);
+  t.fit();  // 4 generation batches, nothing kept: no step, no error (as verl's loop ends with its epochs)
+  CHECK(t.history().empty());
 }
 
 TEST_CASE("a run resumed from a checkpoint at an epoch boundary trains the next epoch (not nothing)") {
