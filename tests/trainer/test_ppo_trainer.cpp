@@ -1,15 +1,20 @@
 // The PPO-family trainer end to end on a tiny random model: 3-step GRPO and PPO runs with 2
-// colocated workers, and checkpoint -> resume giving the metrics of an uninterrupted run.
+// colocated workers, checkpoint -> resume giving the metrics of an uninterrupted run (also at an
+// epoch boundary), and DAPO dynamic sampling (algorithm.filter_groups).
 #include "ppo_test_fixture.hpp"
 
+#include <hyflow/algos/reward_score.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <set>
 
 using namespace hyflow;
 using namespace hyflow::trainer;
@@ -195,4 +200,241 @@ TEST_CASE("validation with val_kwargs.n=2 logs verl's val-core mean/best/maj@2 a
         m.at("val-core/arithmetic/reward/mean@2").get<double>() - 1e-12);
   CHECK(m.at("val-aux/arithmetic/reward/worst@2/mean").get<double>() <=
         m.at("val-core/arithmetic/reward/mean@2").get<double>() + 1e-12);
+}
+
+// ---- DAPO dynamic sampling (algorithm.filter_groups) and resuming ----
+
+namespace {
+// Every (prompt index, score) the test rewards gave, in call order.
+std::vector<std::pair<int64_t, double>>& reward_calls() {
+  static std::vector<std::pair<int64_t, double>> calls;
+  return calls;
+}
+// Even prompt indices always score 0 (their groups are all-equal and dropped); odd ones score
+// the parity of the response's characters, which differs between samples more often than not.
+const bool test_rewards_registered = [] {
+  namespace rs = hyflow::algos::reward_score;
+  rs::register_compute_score("dapo_test_half_flat", [](const std::string&, const std::string& response,
+                                                       const nlohmann::json&, const nlohmann::json& extra) {
+    const int64_t index = extra.at("index").get<int64_t>();
+    int64_t sum = 0;
+    for (unsigned char ch : response) sum += ch;
+    const double score = index % 2 == 0 ? 0.0 : static_cast<double>(sum % 2);
+    reward_calls().emplace_back(index, score);
+    return rs::ScoreResult{score, {}};
+  });
+  rs::register_compute_score("dapo_test_flat", [](const std::string&, const std::string&, const nlohmann::json&,
+                                                  const nlohmann::json&) { return rs::ScoreResult{0.0, {}}; });
+  return true;
+}();
+
+Config dapo_config(const fs::path& out, const std::string& reward) {
+  Config c = small_config("grpo", out);
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  c.set("actor_rollout_ref.rollout.n", "4");
+  c.set("custom_reward_function.name", reward);
+  c.set("algorithm.filter_groups.enable", "true");
+  c.set("algorithm.filter_groups.metric", "seq_reward");
+  return c;
+}
+
+/// The train/num_gen_batches each step should log, replayed from the recorded rewards: every
+/// generation batch is gen_batch_size x n calls; a prompt's group is kept when its scores differ.
+std::vector<int64_t> replay_gen_batches(const std::vector<std::pair<int64_t, double>>& calls, size_t gen_rows,
+                                        int64_t train_batch_size) {
+  std::vector<int64_t> steps;
+  int64_t kept = 0, batches = 0;
+  for (size_t start = 0; start + gen_rows <= calls.size(); start += gen_rows) {
+    std::map<int64_t, std::set<double>> groups;
+    for (size_t i = start; i < start + gen_rows; ++i) groups[calls[i].first].insert(calls[i].second);
+    ++batches;
+    for (const auto& [index, scores] : groups) kept += scores.size() > 1 ? 1 : 0;
+    if (kept >= train_batch_size) {
+      steps.push_back(batches);
+      kept = batches = 0;
+    }
+  }
+  return steps;
+}
+
+std::vector<int64_t> logged_gen_batches(const std::vector<nlohmann::json>& history) {
+  std::vector<int64_t> out;
+  for (const auto& m : history) out.push_back(m.at("train/num_gen_batches").get<int64_t>());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("DAPO dynamic sampling: all-equal groups are dropped, generation batches accumulate until "
+          "train_batch_size prompts are kept, train/num_gen_batches is logged") {
+  REQUIRE(test_rewards_registered);
+  TempDir out("dapo");
+  reward_calls().clear();
+  PPOTrainer t(dapo_config(out.path, "dapo_test_half_flat"));
+  t.init_workers();
+  t.fit();
+  REQUIRE(t.history().size() == 3);
+  for (const auto& m : t.history()) {
+    CHECK(m.contains("actor/pg_loss"));
+    for (const auto& [k, v] : m.items())
+      if (v.is_number()) CHECK(std::isfinite(v.get<double>()));
+  }
+  const auto logged = logged_gen_batches(t.history());
+  // gen_batch_size = train_batch_size = 4 prompts x n = 4 rows per generation batch
+  CHECK(logged == replay_gen_batches(reward_calls(), 16, 4));
+  CHECK(reward_calls().size() == 16 * static_cast<size_t>(logged[0] + logged[1] + logged[2]));
+  // half of the prompts never vary, so at least one step needed more than one generation batch
+  CHECK(*std::max_element(logged.begin(), logged.end()) > 1);
+  // the trained rows are the kept groups: every odd prompt's group scores 0 and 1, never all 0
+  for (const auto& m : t.history()) {
+    CHECK(m.at("critic/score/max").get<double>() == 1.0);
+    CHECK(m.at("critic/score/min").get<double>() == 0.0);
+  }
+}
+
+TEST_CASE("DAPO dynamic sampling: a larger data.gen_batch_size generates more prompts per batch") {
+  TempDir out("dapo_gen");
+  reward_calls().clear();
+  Config c = dapo_config(out.path, "dapo_test_half_flat");
+  c.set("data.gen_batch_size", "8");
+  c.set("trainer.total_training_steps", "2");
+  PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  REQUIRE(t.history().size() == 2);
+  CHECK(logged_gen_batches(t.history()) == replay_gen_batches(reward_calls(), 32, 4));
+}
+
+TEST_CASE("DAPO dynamic sampling: more than max_num_gen_batches generation batches is a ValueError naming the key") {
+  TempDir out("dapo_max");
+  Config c = dapo_config(out.path, "dapo_test_flat");
+  c.set("algorithm.filter_groups.max_num_gen_batches", "3");
+  PPOTrainer t(c);
+  t.init_workers();
+  CHECK_THROWS_AS(t.fit(), ValueError);
+  CHECK_THROWS_WITH(t.fit(), Catch::Contains("algorithm.filter_groups.max_num_gen_batches") && Catch::Contains("3"));
+}
+
+TEST_CASE("DAPO dynamic sampling config errors name the key") {
+  TempDir out("dapo_err");
+  Config c = dapo_config(out.path, "dapo_test_flat");
+  c.set("algorithm.filter_groups.metric", "null");
+  CHECK_THROWS_WITH(PPOTrainer(c), Catch::Contains("algorithm.filter_groups.metric"));
+  Config d = small_config("grpo", out.path);
+  d.set("data.gen_batch_size", "8");  // without filter_groups a step is one generation batch
+  CHECK_THROWS_WITH(PPOTrainer(d), Catch::Contains("data.gen_batch_size"));
+  Config e = dapo_config(out.path, "dapo_test_flat");
+  e.set("data.gen_batch_size", "1000");
+  CHECK_THROWS_WITH(PPOTrainer(e), Catch::Contains("data.gen_batch_size"));
+  Config f = dapo_config(out.path, "dapo_test_flat");
+  f.set("algorithm.filter_groups.metric", "seq_final_reward");
+  f.set("algorithm.use_kl_in_reward", "true");
+  CHECK_THROWS_WITH(PPOTrainer(f), Catch::Contains("algorithm.filter_groups.metric"));
+}
+
+namespace {
+nlohmann::json without_timings(const nlohmann::json& m) {
+  nlohmann::json out;
+  for (const auto& [k, v] : m.items())
+    if (k.rfind("timing", 0) != 0 && k.rfind("perf/", 0) != 0) out[k] = v;
+  return out;
+}
+void require_same_metrics(const nlohmann::json& resumed, const nlohmann::json& full) {
+  const nlohmann::json expected = without_timings(full);
+  for (const auto& [k, v] : expected.items()) {
+    CAPTURE(k);
+    REQUIRE(resumed.contains(k));
+    CHECK(resumed.at(k).get<double>() == Approx(v.get<double>()).margin(1e-6));
+  }
+}
+}  // namespace
+
+TEST_CASE("DAPO dynamic sampling resumes at its data position: the next step equals the uninterrupted run's") {
+  TempDir a("dapo_full"), b("dapo_resumed");
+  nlohmann::json full_step3;
+  {
+    PPOTrainer t(dapo_config(a.path, "dapo_test_half_flat"));
+    t.init_workers();
+    t.fit();
+    full_step3 = t.history().back();
+  }
+  {
+    Config c = dapo_config(b.path, "dapo_test_half_flat");
+    c.set("trainer.total_training_steps", "2");
+    c.set("trainer.save_freq", "2");
+    PPOTrainer t(c);
+    t.init_workers();
+    t.fit();
+  }
+  // the checkpoint records the generation batches taken, more than its 2 steps when any was refilled
+  std::ifstream in(b.path / "global_step_2" / "data.json");
+  const auto state = nlohmann::json::parse(in);
+  CHECK(state.at("data_cursor").get<int64_t>() >= 2);
+  PPOTrainer t(dapo_config(b.path, "dapo_test_half_flat"));
+  t.init_workers();
+  t.fit();
+  REQUIRE(t.history().size() == 1);
+  CHECK(t.history().back().at("training/global_step") == 3);
+  require_same_metrics(t.history().back(), full_step3);
+
+  // the cursor counts generation batches of the checkpoint's size
+  Config other = dapo_config(b.path, "dapo_test_half_flat");
+  other.set("data.gen_batch_size", "8");
+  PPOTrainer u(other);
+  u.init_workers();
+  CHECK_THROWS_WITH(u.fit(), Catch::Contains("data.gen_batch_size") && Catch::Contains("global_step_2"));
+}
+
+TEST_CASE("DAPO dynamic sampling stops when the data of total_epochs runs out before a batch is full") {
+  TempDir out("dapo_out");
+  Config c = dapo_config(out.path, "dapo_test_flat");  // every group is dropped
+  c.set("data.synthetic.train_size", "8");
+  c.set("trainer.total_training_steps", "null");
+  c.set("trainer.total_epochs", "2");
+  PPOTrainer t(c);
+  t.init_workers();
+  CHECK(t.total_training_steps() == 4);
+  t.fit();  // 4 generation batches, nothing kept: no step, no error (as verl's loop ends with its epochs)
+  CHECK(t.history().empty());
+}
+
+TEST_CASE("a run resumed from a checkpoint at an epoch boundary trains the next epoch (not nothing)") {
+  // 8 prompts / 4 per step: 2 steps per epoch; the first run stops (and saves) at the end of epoch 0
+  auto config = [](const fs::path& out, const char* epochs) {
+    Config c = small_config("grpo", out);
+    c.set("data.synthetic.train_size", "8");
+    c.set("trainer.total_training_steps", "null");
+    c.set("trainer.total_epochs", epochs);
+    c.set("trainer.val_before_train", "false");
+    c.set("trainer.test_freq", "-1");
+    c.set("trainer.save_freq", "2");
+    return c;
+  };
+  TempDir a("epoch_full"), b("epoch_resumed");
+  std::vector<nlohmann::json> full;
+  {
+    PPOTrainer t(config(a.path, "2"));
+    t.init_workers();
+    t.fit();
+    full = t.history();
+  }
+  REQUIRE(full.size() == 4);
+  {
+    PPOTrainer t(config(b.path, "1"));
+    t.init_workers();
+    t.fit();
+    REQUIRE(t.history().size() == 2);
+  }
+  REQUIRE(fs::exists(b.path / "global_step_2" / "data.json"));
+  PPOTrainer t(config(b.path, "2"));
+  t.init_workers();
+  t.fit();
+  REQUIRE(t.history().size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& m = t.history()[i];
+    CHECK(m.at("training/global_step") == 3 + static_cast<int64_t>(i));
+    CHECK(m.at("training/epoch") == 1);
+    require_same_metrics(m, full[2 + i]);
+  }
+  CHECK(fs::exists(b.path / "global_step_4" / "data.json"));
 }

@@ -5,6 +5,7 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/dynamic_sampling.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
@@ -17,6 +18,9 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <set>
 
 namespace hyflow::trainer {
 
@@ -30,7 +34,12 @@ namespace {
 class Timer {
  public:
   Timer(nlohmann::json& metrics, const std::string& name) : metrics_(metrics), name_(name), start_(clock::now()) {}
-  ~Timer() { metrics_["timing_s/" + name_] = std::chrono::duration<double>(clock::now() - start_).count(); }
+  /// Adds to the metric: a step of several generation batches sums their times.
+  ~Timer() {
+    const double s = std::chrono::duration<double>(clock::now() - start_).count();
+    auto& slot = metrics_["timing_s/" + name_];
+    slot = slot.is_number() ? slot.get<double>() + s : s;
+  }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -91,6 +100,96 @@ fs::path free_path(const fs::path& path, const std::string& suffix) {
 
 }  // namespace
 
+std::vector<double> filter_metric_values(const DataProto& batch, const std::string& metric) {
+  const std::string key = "config key 'algorithm.filter_groups.metric'";
+  std::string tensor;
+  if (metric == "seq_reward") tensor = "token_level_scores";
+  if (metric == "seq_final_reward")
+    tensor = batch.batch.contains("token_level_rewards") ? "token_level_rewards" : "token_level_scores";
+  std::vector<double> out;
+  if (!tensor.empty()) {
+    if (!batch.batch.contains(tensor))
+      throw KeyError(key + " = '" + metric + "' needs the batch's " + tensor + ", which it lacks");
+    const at::Tensor sums = batch.batch.at(tensor).sum(-1).to(at::kDouble).contiguous();
+    out.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+    return out;
+  }
+  auto it = batch.non_tensor_batch.find(metric);
+  if (it == batch.non_tensor_batch.end()) {
+    std::string have;
+    for (const auto& [name, column] : batch.non_tensor_batch) have += (have.empty() ? "" : ", ") + name;
+    throw KeyError(key + ": the scored batch has no column '" + metric +
+                   "' (seq_reward, seq_final_reward or a reward_extra_info column; columns: " + have + ")");
+  }
+  for (size_t row = 0; row < it->second.size(); ++row) {
+    const auto& v = it->second[row];
+    if (v.is_boolean()) out.push_back(v.get<bool>() ? 1.0 : 0.0);
+    else if (v.is_number()) out.push_back(v.get<double>());
+    else
+      throw ValueError(key + ": column '" + metric + "' row " + std::to_string(row) + " is not a number: " + v.dump());
+  }
+  return out;
+}
+
+std::vector<int64_t> kept_group_rows(const std::vector<std::string>& uids, const std::vector<double>& values) {
+  if (uids.size() != values.size())
+    throw ShapeError("filter_groups: " + std::to_string(uids.size()) + " uids for " + std::to_string(values.size()) +
+                     " metric values");
+  std::map<std::string, std::pair<size_t, bool>> groups;  // uid -> (rows, all values equal)
+  std::map<std::string, double> first;
+  for (size_t i = 0; i < uids.size(); ++i) {
+    auto [it, fresh] = groups.try_emplace(uids[i], 0, true);
+    if (fresh) first[uids[i]] = values[i];
+    else if (values[i] != first[uids[i]]) it->second.second = false;
+    ++it->second.first;
+  }
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < uids.size(); ++i) {
+    const auto& [count, all_equal] = groups.at(uids[i]);
+    if (count == 1 || !all_equal) rows.push_back(static_cast<int64_t>(i));
+  }
+  return rows;
+}
+
+DynamicSampler::DynamicSampler(int64_t train_batch_size, int64_t n, int64_t max_num_gen_batches)
+    : train_batch_size_(train_batch_size), n_(n), max_num_gen_batches_(max_num_gen_batches) {
+  if (train_batch_size <= 0 || n <= 0)
+    throw ValueError("DynamicSampler: train_batch_size " + std::to_string(train_batch_size) + " and n " +
+                     std::to_string(n) + " must be > 0");
+}
+
+int64_t DynamicSampler::add(const DataProto& scored, const std::vector<double>& metric_values) {
+  auto it = scored.non_tensor_batch.find("uid");
+  if (it == scored.non_tensor_batch.end()) throw KeyError("filter_groups: the scored batch has no 'uid' column");
+  std::vector<std::string> uids;
+  for (const auto& u : it->second) uids.push_back(u.is_string() ? u.get<std::string>() : u.dump());
+  const std::vector<int64_t> rows = kept_group_rows(uids, metric_values);
+  std::set<std::string> kept_uids;
+  for (int64_t r : rows) kept_uids.insert(uids[static_cast<size_t>(r)]);
+  ++num_gen_batches_;
+  num_prompts_ += static_cast<int64_t>(kept_uids.size());
+  if (!rows.empty()) kept_.push_back(scored.select_idxs(rows));
+  if (!full() && max_num_gen_batches_ > 0 && num_gen_batches_ >= max_num_gen_batches_)
+    throw ValueError("config key 'algorithm.filter_groups.max_num_gen_batches' = " +
+                     std::to_string(max_num_gen_batches_) + ": after " + std::to_string(num_gen_batches_) +
+                     " generation batches only " + std::to_string(num_prompts_) + " of data.train_batch_size = " +
+                     std::to_string(train_batch_size_) +
+                     " prompts have rewards that differ within their group; the data may be too hard or too easy "
+                     "(0 allows unlimited generation batches)");
+  return static_cast<int64_t>(kept_uids.size());
+}
+
+DataProto DynamicSampler::take() {
+  if (!full())
+    throw Error("DynamicSampler::take: " + std::to_string(num_prompts_) + " of " + std::to_string(train_batch_size_) +
+                " prompts kept");
+  DataProto all = kept_.size() == 1 ? kept_.front() : DataProto::concat(kept_);
+  kept_.clear();
+  num_gen_batches_ = 0;
+  num_prompts_ = 0;
+  return all.slice(0, train_batch_size_ * n_);
+}
+
 struct PPOTrainer::Impl {
   Config config;
   std::string adv_estimator;
@@ -105,6 +204,17 @@ struct PPOTrainer::Impl {
   int64_t max_prompt_length = 0;
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;
+  // Data position: generation batches of gen_batch_size prompts taken so far, over all epochs
+  // (epoch = data_cursor / gen_batches_per_epoch). Without filter_groups a step takes one.
+  int64_t gen_batch_size = 0;
+  int64_t gen_batches_per_epoch = 0;
+  int64_t data_cursor = 0;
+  std::optional<int64_t> data_budget;  // generation batches of total_epochs (null total_training_steps)
+  bool filter_groups = false;
+  std::string filter_metric;
+  int64_t max_num_gen_batches = 0;
+  int64_t order_epoch = -1;
+  std::vector<int64_t> order;
   uint64_t data_seed = 1;
   std::string loss_agg_mode;
   std::string ckpt_root;
@@ -123,7 +233,20 @@ struct PPOTrainer::Impl {
 
   explicit Impl(const Config& c) : config(c) {}
   void setup();
+  /// The rows of the next generation batch (data_cursor advances), with its epoch; nullopt
+  /// when the data budget is spent.
+  std::optional<std::vector<int64_t>> next_gen_batch(int64_t& epoch);
+  /// Prompts -> uid -> rollout.n samples each -> response_mask (ReMax: greedy baselines).
+  DataProto generate(const std::vector<int64_t>& indices, const std::string& uid_prefix, nlohmann::json& m);
+  void balance_and_count(DataProto& batch, nlohmann::json& m);
+  void score(DataProto& batch, nlohmann::json& m);
+  /// old/ref log-probs, values, advantages, updates and the step's metrics.
+  nlohmann::json train(DataProto& batch, int64_t global_step, int64_t epoch, nlohmann::json m,
+                       std::chrono::steady_clock::time_point step_start);
+  /// One step of the plain loop: one generation batch of train_batch_size prompts.
   nlohmann::json step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
+  /// One step with dynamic sampling; nullopt when the data ran out before the batch was full.
+  std::optional<nlohmann::json> dynamic_step(int64_t global_step);
   nlohmann::json validate();
   void save_checkpoint(int64_t global_step);
   /// Before the first line of this run: see docs/trainer.md, "Metrics file".
@@ -183,12 +306,37 @@ void PPOTrainer::Impl::setup() {
   val_task.seed = task.seed + 7919;  // a different draw than the training set
   val_data =
       std::make_unique<RLDataset>(load_samples(c.get_string("data.val_files"), val_task, prompt_key), tokenizer, dopt);
-  steps_per_epoch = train_data->size() / train_batch_size;  // drop_last
-  if (steps_per_epoch == 0)
+  if (train_batch_size > train_data->size())
     throw ValueError("config key 'data.train_batch_size' (" + std::to_string(train_batch_size) +
                      ") exceeds the training set (" + std::to_string(train_data->size()) + " rows)");
-  total_steps = c.is_null("trainer.total_training_steps") ? steps_per_epoch * c.get_int("trainer.total_epochs")
-                                                          : c.get_int("trainer.total_training_steps");
+  filter_groups = c.get_bool("algorithm.filter_groups.enable");
+  gen_batch_size = c.is_null("data.gen_batch_size") ? train_batch_size : c.get_int("data.gen_batch_size");
+  if (!filter_groups && gen_batch_size != train_batch_size)
+    throw ValueError("config key 'data.gen_batch_size' (" + std::to_string(gen_batch_size) +
+                     ") differs from data.train_batch_size (" + std::to_string(train_batch_size) +
+                     ") without algorithm.filter_groups.enable: a step then trains on one generation batch");
+  if (filter_groups) {
+    if (c.is_null("algorithm.filter_groups.metric"))
+      throw ValueError("config key 'algorithm.filter_groups.metric' is required with algorithm.filter_groups.enable "
+                       "(acc, score, seq_reward, seq_final_reward or another reward_extra_info column)");
+    filter_metric = c.get_string("algorithm.filter_groups.metric");
+    max_num_gen_batches = c.get_int("algorithm.filter_groups.max_num_gen_batches");
+    if (filter_metric == "seq_final_reward" && use_kl_in_reward)
+      throw ValueError("config key 'algorithm.filter_groups.metric' = seq_final_reward with "
+                       "algorithm.use_kl_in_reward: the KL-penalized rewards are computed after filtering here; "
+                       "use seq_reward");
+  }
+  gen_batches_per_epoch = train_data->size() / gen_batch_size;  // drop_last
+  if (gen_batches_per_epoch == 0)
+    throw ValueError("config key 'data.gen_batch_size' (" + std::to_string(gen_batch_size) +
+                     ") exceeds the training set (" + std::to_string(train_data->size()) + " rows)");
+  steps_per_epoch = gen_batches_per_epoch;  // verl: len(train_dataloader)
+  if (c.is_null("trainer.total_training_steps")) {
+    total_steps = steps_per_epoch * c.get_int("trainer.total_epochs");
+    data_budget = gen_batches_per_epoch * c.get_int("trainer.total_epochs");
+  } else {
+    total_steps = c.get_int("trainer.total_training_steps");
+  }
 
   std::string cf = c.get_string("custom_reward_function.name");
   const std::string manager = c.get_string("reward_model.reward_manager");
@@ -306,13 +454,23 @@ void PPOTrainer::Impl::setup() {
   if (use_rm) rm.emplace(views.at("rm"));
 }
 
-nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices) {
-  nlohmann::json m = nlohmann::json::object();
-  const auto step_start = std::chrono::steady_clock::now();
+std::optional<std::vector<int64_t>> PPOTrainer::Impl::next_gen_batch(int64_t& epoch) {
+  if (data_budget && data_cursor >= *data_budget) return std::nullopt;
+  epoch = data_cursor / gen_batches_per_epoch;
+  const int64_t b = data_cursor % gen_batches_per_epoch;
+  if (epoch != order_epoch) {
+    order = epoch_order(train_data->size(), config.get_bool("data.shuffle"), data_seed, epoch);
+    order_epoch = epoch;
+  }
+  ++data_cursor;
+  return std::vector<int64_t>(order.begin() + b * gen_batch_size, order.begin() + (b + 1) * gen_batch_size);
+}
+
+DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const std::string& uid_prefix,
+                                     nlohmann::json& m) {
   DataProto batch = train_data->batch(indices);
   dataproto::Column uid;
-  for (size_t i = 0; i < indices.size(); ++i)
-    uid.emplace_back("s" + std::to_string(global_step) + "-" + std::to_string(i));
+  for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back(uid_prefix + std::to_string(i));
   batch.non_tensor_batch["uid"] = std::move(uid);
   DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
 
@@ -336,20 +494,57 @@ nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const 
   const int64_t T = batch.batch.at("responses").size(1);
   if (!batch.batch.contains("response_mask"))
     batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
+  return batch;
+}
+
+void PPOTrainer::Impl::balance_and_count(DataProto& batch, nlohmann::json& m) {
   if (config.get_bool("trainer.balance_batch")) balance_batch(batch, world, m);
   const auto seq_tokens = batch.batch.at("attention_mask").sum(-1);
   batch.meta_info["global_token_num"] =
       std::vector<int64_t>(seq_tokens.data_ptr<int64_t>(), seq_tokens.data_ptr<int64_t>() + seq_tokens.numel());
+}
 
-  {
-    Timer t(m, "reward");
-    if (use_rm) batch.union_with(DataProto(rm->call(&RewardModelWorker::compute_rm_score, batch)));
-    RewardOutput r = (*reward_fn)(batch);
-    batch.batch.set("token_level_scores", r.reward_tensor);
-    for (auto& [k, v] : r.reward_extra_info)
-      if (static_cast<int64_t>(v.size()) == batch.size())
-        batch.non_tensor_batch[k] = dataproto::Column(v.begin(), v.end());
+void PPOTrainer::Impl::score(DataProto& batch, nlohmann::json& m) {
+  Timer t(m, "reward");
+  if (use_rm) batch.union_with(DataProto(rm->call(&RewardModelWorker::compute_rm_score, batch)));
+  RewardOutput r = (*reward_fn)(batch);
+  batch.batch.set("token_level_scores", r.reward_tensor);
+  for (auto& [k, v] : r.reward_extra_info)
+    if (static_cast<int64_t>(v.size()) == batch.size())
+      batch.non_tensor_batch[k] = dataproto::Column(v.begin(), v.end());
+}
+
+nlohmann::json PPOTrainer::Impl::step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices) {
+  nlohmann::json m = nlohmann::json::object();
+  const auto step_start = std::chrono::steady_clock::now();
+  DataProto batch = generate(indices, "s" + std::to_string(global_step) + "-", m);
+  balance_and_count(batch, m);
+  score(batch, m);
+  return train(batch, global_step, epoch, std::move(m), step_start);
+}
+
+std::optional<nlohmann::json> PPOTrainer::Impl::dynamic_step(int64_t global_step) {
+  nlohmann::json m = nlohmann::json::object();
+  const auto step_start = std::chrono::steady_clock::now();
+  DynamicSampler sampler(train_batch_size, n, max_num_gen_batches);
+  int64_t epoch = 0;
+  while (!sampler.full()) {
+    const auto indices = next_gen_batch(epoch);
+    if (!indices) return std::nullopt;
+    // rows are filtered and trimmed by prompt group before balancing, which reorders them
+    DataProto batch = generate(
+        *indices, "s" + std::to_string(global_step) + "-g" + std::to_string(sampler.num_gen_batches()) + "-", m);
+    score(batch, m);
+    sampler.add(batch, filter_metric_values(batch, filter_metric));
   }
+  m["train/num_gen_batches"] = sampler.num_gen_batches();
+  DataProto batch = sampler.take();
+  balance_and_count(batch, m);
+  return train(batch, global_step, epoch, std::move(m), step_start);
+}
+
+nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, int64_t epoch, nlohmann::json m,
+                                       std::chrono::steady_clock::time_point step_start) {
   {
     Timer t(m, "old_log_prob");
     DataProto old = actor->call(&ActorRolloutRefWorker::compute_log_prob, batch);
@@ -469,7 +664,8 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
   fs::create_directories(tmp);
   actor->call(&ActorRolloutRefWorker::save_checkpoint, (tmp / "actor").string(), global_step);
   if (use_critic) critic->call(&CriticWorker::save_checkpoint, (tmp / "critic").string(), global_step);
-  nlohmann::json state = {{"global_step", global_step}};
+  nlohmann::json state = {
+      {"global_step", global_step}, {"data_cursor", data_cursor}, {"gen_batch_size", gen_batch_size}};
   if (kl_ctrl) state["kl_coef"] = kl_ctrl->value;
   write_text_atomically(tmp / "data.json", state.dump(2));
   fs::remove_all(final_dir);
@@ -493,6 +689,7 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
 
 int64_t PPOTrainer::Impl::load_checkpoint() {
   const std::string mode = config.get_string("trainer.resume_mode");
+  data_cursor = 0;
   fs::path dir;
   if (mode == "disable") return 0;
   if (mode == "auto") {
@@ -516,6 +713,18 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
   actor->call(&ActorRolloutRefWorker::load_checkpoint, (dir / "actor").string());
   if (use_critic) critic->call(&CriticWorker::load_checkpoint, (dir / "critic").string());
   const nlohmann::json state = read_trainer_state(dir / "data.json", step);
+  // data position: older checkpoints (plain loop, one generation batch per step) lack it
+  data_cursor = step;
+  if (state.contains("data_cursor")) {
+    if (!state.at("data_cursor").is_number_integer() || state.at("data_cursor").get<int64_t>() < step)
+      throw FormatError((dir / "data.json").string() + ": data_cursor " + state.at("data_cursor").dump() +
+                        " is not an integer >= global_step " + std::to_string(step));
+    data_cursor = state.at("data_cursor").get<int64_t>();
+  }
+  if (state.contains("gen_batch_size") && state.at("gen_batch_size") != gen_batch_size)
+    throw ValueError("config key 'data.gen_batch_size' (" + std::to_string(gen_batch_size) + ") differs from " +
+                     state.at("gen_batch_size").dump() + " of the checkpoint " + dir.string() +
+                     ": its data position counts generation batches of that size");
   if (kl_ctrl) {
     if (!state.contains("kl_coef") || !state.at("kl_coef").is_number())
       throw FormatError((dir / "data.json").string() + ": no numeric kl_coef (algorithm.use_kl_in_reward is on)");
@@ -599,25 +808,31 @@ void PPOTrainer::fit() {
   }
   const int64_t test_freq = s.config.get_int("trainer.test_freq");
   const int64_t save_freq = s.config.get_int("trainer.save_freq");
-  const bool shuffle = s.config.get_bool("data.shuffle");
   while (global_step < s.total_steps) {
-    const int64_t epoch = global_step / s.steps_per_epoch;
-    const auto order = epoch_order(s.train_data->size(), shuffle, s.data_seed, epoch);
-    for (int64_t b = global_step % s.steps_per_epoch; b < s.steps_per_epoch && global_step < s.total_steps; ++b) {
-      ++global_step;
-      std::vector<int64_t> idx(order.begin() + b * s.train_batch_size, order.begin() + (b + 1) * s.train_batch_size);
-      nlohmann::json m = s.step(global_step, epoch, idx);
-      const bool last = global_step == s.total_steps;
-      if (test_freq > 0 && (last || global_step % test_freq == 0)) {
-        Timer t(m, "testing");
-        m.update(s.validate());
-      }
-      if (save_freq > 0 && (last || global_step % save_freq == 0)) {
-        Timer t(m, "save_checkpoint");
-        s.save_checkpoint(global_step);
-      }
-      s.log(m, global_step, progress);
+    std::optional<nlohmann::json> stepped;
+    if (s.filter_groups) {
+      stepped = s.dynamic_step(global_step + 1);
+    } else {
+      int64_t epoch = 0;
+      if (const auto idx = s.next_gen_batch(epoch)) stepped = s.step(global_step + 1, epoch, *idx);
     }
+    if (!stepped) {
+      std::cout << "the training data of trainer.total_epochs ran out at step " << global_step << " of "
+                << s.total_steps << "\n";
+      break;
+    }
+    nlohmann::json& m = *stepped;
+    ++global_step;
+    const bool last = global_step == s.total_steps;
+    if (test_freq > 0 && (last || global_step % test_freq == 0)) {
+      Timer t(m, "testing");
+      m.update(s.validate());
+    }
+    if (save_freq > 0 && (last || global_step % save_freq == 0)) {
+      Timer t(m, "save_checkpoint");
+      s.save_checkpoint(global_step);
+    }
+    s.log(m, global_step, progress);
   }
 }
 
