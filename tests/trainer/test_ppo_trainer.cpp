@@ -4,6 +4,7 @@
 #include "ppo_test_fixture.hpp"
 
 #include <hyflow/algos/reward_score.hpp>
+#include <hyflow/actors/error.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
@@ -168,6 +169,24 @@ TEST_CASE("metrics.jsonl: a resume drops the earlier run's steps past the checkp
     std::ofstream(dir.path / "global_step_2" / "data.json", std::ios::trunc) << R"({"global_step": 7})";
     CHECK_THROWS_WITH(t.fit(), Catch::Contains("data.json") && Catch::Contains("global_step 7"));
   }
+}
+
+TEST_CASE("trainer.call_timeout_s fails a worker call that outlasts it, naming the method and the late ranks") {
+  TempDir dir("call_timeout");
+  Config c = small_config("grpo", dir.path);
+  c.set("data.max_response_length", "48");  // generation takes far longer than 1 ms
+  c.set("trainer.call_timeout_s", "0.001");
+  try {
+    PPOTrainer t(c);
+    t.init_workers();
+    t.fit();
+    FAIL("no call timed out");
+  } catch (const CallTimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("exceeded its deadline") && Catch::Contains("no answer from rank"));
+    CHECK_FALSE(e.method().empty());
+    CHECK_FALSE(e.ranks().empty());
+  }
+  CHECK_THROWS_WITH(c.set("trainer.call_timeout_s", "-1"), Catch::Contains("trainer.call_timeout_s"));
 }
 
 TEST_CASE("config errors in the trainer name the key") {

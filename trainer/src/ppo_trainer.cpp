@@ -14,6 +14,7 @@
 #include "trainer_metrics.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -315,8 +316,9 @@ void PPOTrainer::Impl::setup() {
   std::vector<int> per_node(static_cast<size_t>(c.get_int("trainer.nnodes")),
                             static_cast<int>(c.get_int("trainer.n_gpus_per_node")));
   WorkerGroupOptions group_options;  // trainer.call_timeout_s: a call no rank answers in time fails
-  if (c.get_int("trainer.call_timeout_s") > 0)
-    group_options.call_deadline = std::chrono::seconds(c.get_int("trainer.call_timeout_s"));
+  if (const double timeout_s = c.get_double("trainer.call_timeout_s"); timeout_s > 0)
+    group_options.call_deadline =
+        std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(timeout_s * 1000))));
   if (c.is_null("cluster.nodes")) {
     runtime = std::make_unique<Runtime>();
     bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles), group_options);
