@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerates chat_template_reference.json (Qwen2.5: conversations rendered by the chat template of
 qwen2_5/tokenizer_config.json itself) and chat_template_llama3_1_reference.json (Llama 3.1 Instruct:
-rendered by llama3_1/chat_template.jinja, with bos_token "<|begin_of_text|>"), with Jinja2 set up as Hugging Face transformers sets it up
-(ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, its tojson filter).
+rendered by llama3_1/chat_template.jinja, with bos_token "<|begin_of_text|>"), with Jinja2 set up as
+Hugging Face transformers sets it up (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
+its tojson filter).
     python3 tests/models/data/make_chat_template_reference.py   (Debian: python3-jinja2)"""
 import json
 import pathlib
@@ -96,8 +97,9 @@ llama_conversations = [
     ([(U, "multi\nline\n\n  text  \x1f\x85")], {"date_string": "01 Jan 2025"}),
     ([(U, "weather?"), (A, "", [call("get_weather", {"city": "Paris"})]), (T, "sunny, 21 C"), (A, "It is sunny.")],
      {"tools": [weather]}),
-    ([(S, "Be brief."), (U, "  compute  "), (A, None, [call("calc", {"x": 1.5, "list": [1, 2.25, "três"], "q": "a\"b"})]),
-      ("ipython", "{\"r\": 3.75}"), (A, "3.75")], {"tools": [weather, calc], "tools_in_user_message": False}),
+    ([(S, "Be brief."), (U, "  compute  "),
+      (A, None, [call("calc", {"x": 1.5, "list": [1, 2.25, "três"], "q": "a\"b"})]), ("ipython", "{\"r\": 3.75}"),
+      (A, "3.75")], {"tools": [weather, calc], "tools_in_user_message": False}),
     ([(A, "an assistant turn first"), (U, "then a user")], {"tools": [calc]}),
     ([(U, "search it"), (A, "", [search]), ("ipython", "rain"), (A, "It rains.")],
      {"builtin_tools": ["brave_search", "code_interpreter", "wolfram_alpha"]}),
@@ -115,7 +117,8 @@ for messages, variables in llama_conversations:
     for add_generation_prompt in (True, False):
         text = llama.render(messages=msgs, bos_token="<|begin_of_text|>", add_generation_prompt=add_generation_prompt,
                             **variables)
-        llama_cases.append({"messages": msgs, "add_generation_prompt": add_generation_prompt, **variables, "text": text})
+        llama_cases.append({"messages": msgs, "add_generation_prompt": add_generation_prompt, **variables,
+                            "text": text})
 (here / "chat_template_llama3_1_reference.json").write_text(
     json.dumps(llama_cases, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 print(f"wrote {len(llama_cases)} Llama 3.1 renderings")
