@@ -362,6 +362,28 @@ std::string render_llama3_1(const std::vector<ChatMessage>& messages, const Chat
   return out;
 }
 
+// Llama 3 Instruct: each message one trimmed turn, <|begin_of_text|> before the first; no tools.
+std::string render_llama3(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) {
+  if (!options.tools.empty() || options.builtin_tools) {
+    throw ValueError("apply_chatml: Llama 3's template has no tools (use kLlama3_1)");
+  }
+  std::string out;
+  auto turn = [&](const std::string& role, const std::string& content) {
+    if (out.empty()) out += "<|begin_of_text|>";
+    out += llama_header(role) + python_strip(content) + "<|eot_id|>";
+  };
+  const bool has_system = !messages.empty() && messages.front().role == "system";
+  if (!has_system && options.default_system) turn("system", *options.default_system);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].tool_calls.empty()) {
+      throw ValueError("apply_chatml: message " + std::to_string(i) + ": Llama 3's template has no tool calls");
+    }
+    turn(messages[i].role, messages[i].content);
+  }
+  if (options.add_generation_prompt) out += llama_header("assistant");
+  return out;
+}
+
 }  // namespace
 
 std::string python_json_dumps(const nlohmann::ordered_json& value, std::optional<int> indent) {
@@ -394,6 +416,8 @@ std::string apply_chatml(const std::vector<ChatMessage>& messages, const ChatTem
       return render_qwen2_5(messages, options);
     case ChatTemplate::kLlama3_1:
       return render_llama3_1(messages, options);
+    case ChatTemplate::kLlama3:
+      return render_llama3(messages, options);
     case ChatTemplate::kChatML:
       break;
   }

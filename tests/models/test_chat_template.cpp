@@ -1,6 +1,7 @@
-// The chat templates against the Jinja chat_templates of Qwen2.5's and Llama 3.1 Instruct's
-// tokenizer_config.json, rendered by Jinja2 (chat_template_reference.json and
-// chat_template_llama3_1_reference.json, from make_chat_template_reference.py next to them).
+// The chat templates against the Jinja chat_templates of Qwen2.5's, Llama 3.1 Instruct's and Llama 3
+// Instruct's tokenizer_config.json, rendered by Jinja2 (chat_template_reference.json,
+// chat_template_llama3_1_reference.json and chat_template_llama3_reference.json, from
+// make_chat_template_reference.py next to them).
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/chat_template.hpp>
 
@@ -121,6 +122,29 @@ TEST_CASE("Llama 3.1's system turn takes a replacement default and its date; bad
   auto tools = llama;
   tools.tools = {OJson{{"name", "f"}}};
   CHECK_THROWS_WITH(apply_chatml({{"system", "s"}}, tools), Catch::Contains("first user message"));
+}
+
+TEST_CASE("Llama 3 conversations render exactly as the Jinja template renders them") {
+  const auto cases = load("chat_template_llama3_reference.json");
+  REQUIRE(cases.size() >= 12);
+  for (const auto& c : cases) {
+    INFO("case: " << c.dump());
+    const ChatTemplateOptions options{.add_generation_prompt = c["add_generation_prompt"].get<bool>(),
+                                      .chat_template = ChatTemplate::kLlama3};
+    CHECK(apply_chatml(messages_of(c["messages"]), options) == c["text"].get<std::string>());
+  }
+}
+
+TEST_CASE("Llama 3 inserts a system turn only when asked and refuses tools and tool calls") {
+  CHECK(apply_chatml({{"user", "2+2?"}}, {.default_system = " Be brief. ", .chat_template = ChatTemplate::kLlama3}) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK_THROWS_WITH(apply_chatml({{"user", "x"}, {"assistant", "", {{"f", OJson::object()}}}},
+                                 {.chat_template = ChatTemplate::kLlama3}),
+                    Catch::Contains("message 1") && Catch::Contains("no tool calls"));
+  CHECK_THROWS_AS(apply_chatml({{"user", "x"}}, {.chat_template = ChatTemplate::kLlama3, .tools = {OJson::object()}}),
+                  ValueError);
+  CHECK_THROWS_AS(apply_chatml({{"ipython", "x"}}, {.chat_template = ChatTemplate::kLlama3}), ValueError);
 }
 
 TEST_CASE("trimming follows Python's str.strip over UTF-8 and JSON can be indented like json.dumps(indent=4)") {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerates chat_template_reference.json (Qwen2.5: conversations rendered by the chat template of
-qwen2_5/tokenizer_config.json itself) and chat_template_llama3_1_reference.json (Llama 3.1 Instruct:
-rendered by llama3_1/chat_template.jinja, with bos_token "<|begin_of_text|>"), with Jinja2 set up as
+qwen2_5/tokenizer_config.json itself), chat_template_llama3_1_reference.json (Llama 3.1 Instruct:
+rendered by llama3_1/chat_template.jinja) and chat_template_llama3_reference.json (Llama 3 Instruct:
+llama3/chat_template.jinja), the Llama ones with bos_token "<|begin_of_text|>", with Jinja2 set up as
 Hugging Face transformers sets it up (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
 its tojson filter).
     python3 tests/models/data/make_chat_template_reference.py   (Debian: python3-jinja2)"""
@@ -122,3 +123,24 @@ for messages, variables in llama_conversations:
 (here / "chat_template_llama3_1_reference.json").write_text(
     json.dumps(llama_cases, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 print(f"wrote {len(llama_cases)} Llama 3.1 renderings")
+
+# Llama 3 Instruct: no system turn of its own, no tools.
+llama3 = env.from_string((here / "llama3" / "chat_template.jinja").read_text(encoding="utf-8"))
+llama3_conversations = [
+    [(U, "What is 2+2?")],
+    [(S, "  You are a helpful assistant.\n"), (U, "\tWhat is 2+2?  "), (A, " 4 "), (U, "and 3+3?")],
+    [(S, ""), (U, "")],
+    [(U, "first"), (S, "a late system message"), (T, "a tool result"), (U, "second")],
+    [(U, "Ünïcödé ✓ 🎉 <|eot_id|> tags\u2028\u3000\u00a0"), (A, "\u2003x\u200b")],
+    [(A, "an assistant turn first"), (U, "multi\nline\n\n  text  \x1f\x85")],
+    [],
+]
+llama3_cases = []
+for messages in llama3_conversations:
+    msgs = [{"role": role, "content": content} for role, content in messages]
+    for add_generation_prompt in (True, False):
+        text = llama3.render(messages=msgs, bos_token="<|begin_of_text|>", add_generation_prompt=add_generation_prompt)
+        llama3_cases.append({"messages": msgs, "add_generation_prompt": add_generation_prompt, "text": text})
+(here / "chat_template_llama3_reference.json").write_text(
+    json.dumps(llama3_cases, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+print(f"wrote {len(llama3_cases)} Llama 3 renderings")

@@ -11,7 +11,8 @@
 //   Today Date: {date}\n\n{system}<|eot_id|>... <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
 // with contents trimmed like Python's str.strip(), tools (in the first user turn or the system turn),
 // single tool calls as JSON or, for built-in tools, <|python_tag|>name.call(...)<|eom_id|>, and
-// tool/ipython results as JSON strings.
+// tool/ipython results as JSON strings. kLlama3 renders Llama 3 Instruct's template exactly: the same
+// turns, <|begin_of_text|> before the first, nothing else (no system turn of its own, no tools).
 
 #include <nlohmann/json.hpp>
 
@@ -38,13 +39,14 @@ enum class ChatTemplate {
   kQwen2_5,   ///< Qwen2.5's template
   kChatML,    ///< plain ChatML: each message one turn; `tool` is a turn of its own
   kLlama3_1,  ///< Llama 3.1 Instruct's template
+  kLlama3,    ///< Llama 3 Instruct's template: a trimmed turn per message, no date lines, no tools
 };
 
 struct ChatTemplateOptions {
   bool add_generation_prompt = true;  ///< end with the assistant header
   /// The system turn when the conversation does not start with one. kQwen2_5: replaces the
   /// template's "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."; kChatML:
-  /// inserted only when set; kLlama3_1: the text after the date lines (the template's is empty).
+  /// inserted only when set (kLlama3 too); kLlama3_1: the text after the date lines (the template's is empty).
   std::optional<std::string> default_system;
   ChatTemplate chat_template = ChatTemplate::kQwen2_5;
   /// Function schemas. kQwen2_5: listed in the system turn as json.dumps of each; kLlama3_1: as
@@ -62,7 +64,7 @@ struct ChatTemplateOptions {
   std::optional<std::vector<std::string>> builtin_tools;
 };
 
-/// Renders messages. Unknown roles, tool calls outside assistant messages, tools with kChatML,
+/// Renders messages. Unknown roles, tool calls outside assistant messages, tools with kChatML or kLlama3,
 /// an empty conversation (kQwen2_5, kLlama3_1) and (kLlama3_1) a tool-call message with other than
 /// one call, a built-in tool call whose arguments are not an object of strings, or tools in the
 /// user turn with no turn left for them raise hyflow::ValueError naming the message.
