@@ -1,6 +1,6 @@
 #pragma once
-// Chat templates of the ChatML family:
-//   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
+// Chat templates of the ChatML family (kQwen2_5, kChatML) and the Llama 3 family (kLlama3_1, kLlama3).
+// ChatML: <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
 // kQwen2_5 renders exactly what the Jinja chat_template of Qwen2.5's tokenizer_config.json
 // renders (tested against Jinja2's output): the system turn it always opens with, non-first
 // system messages, consecutive `tool` messages in one user turn of <tool_response> blocks,
@@ -22,8 +22,9 @@
 
 namespace hyflow::models {
 
-/// A function call of an assistant message: rendered as
-/// <tool_call>\n{"name": ..., "arguments": json.dumps(arguments)}\n</tool_call>.
+/// A function call of an assistant message: rendered (kQwen2_5) as
+/// <tool_call>\n{"name": ..., "arguments": json.dumps(arguments)}\n</tool_call>, (kLlama3_1) as
+/// {"name": ..., "parameters": json.dumps(arguments)} or a built-in tool's <|python_tag|> call.
 struct ToolCall {
   std::string name;
   nlohmann::ordered_json arguments = nlohmann::ordered_json::object();  ///< key order is kept
