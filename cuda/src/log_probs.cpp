@@ -77,17 +77,6 @@ bool kernel_dtype(const at::Tensor& t) {
   return s == at::kFloat || s == at::kBFloat16 || s == at::kHalf;
 }
 
-kernels::DType dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kBFloat16:
-      return kernels::DType::bf16;
-    case at::kHalf:
-      return kernels::DType::f16;
-    default:
-      return kernels::DType::f32;
-  }
-}
-
 // logits (N, V) contiguous, labels (N,) int64 contiguous, on the same device.
 std::vector<at::Tensor> run_forward(const at::Tensor& logits, const at::Tensor& labels, double temperature) {
   const auto f32 = logits.options().dtype(at::kFloat);
@@ -96,7 +85,7 @@ std::vector<at::Tensor> run_forward(const at::Tensor& logits, const at::Tensor& 
   auto lse = at::empty({rows}, f32), mean = at::empty({rows}, f32);
   kernels::ScoresForward a;
   a.logits = logits.data_ptr();
-  a.dtype = dtype_of(logits);
+  a.dtype = detail::kernel_dtype_of(logits);
   a.rows = rows;
   a.vocab = logits.size(1);
   a.row_stride = logits.size(1);
@@ -119,7 +108,7 @@ at::Tensor run_backward(const at::Tensor& logits, const at::Tensor& labels, doub
   auto grad = at::empty_like(logits, at::MemoryFormat::Contiguous);
   kernels::ScoresBackward a;
   a.logits = logits.data_ptr();
-  a.dtype = dtype_of(logits);
+  a.dtype = detail::kernel_dtype_of(logits);
   a.rows = logits.size(0);
   a.vocab = logits.size(1);
   a.row_stride = logits.size(1);

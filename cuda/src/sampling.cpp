@@ -177,17 +177,6 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
   return tokens.to(logits.device());
 }
 
-kernels::DType dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kBFloat16:
-      return kernels::DType::bf16;
-    case at::kHalf:
-      return kernels::DType::f16;
-    default:
-      return kernels::DType::f32;
-  }
-}
-
 at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t seed, uint64_t step,
                          const at::Tensor& row_ids) {
   auto x = logits;
@@ -198,7 +187,7 @@ at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t s
   auto tokens = at::empty({x.size(0)}, x.options().dtype(at::kLong));
   kernels::SampleArgs a;
   a.logits = x.data_ptr();
-  a.dtype = dtype_of(x);
+  a.dtype = detail::kernel_dtype_of(x);
   a.rows = x.size(0);
   a.vocab = x.size(1);
   a.row_stride = x.size(1);
