@@ -1,6 +1,7 @@
 #include <hyflow/parallel/process_group.hpp>
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/parallel/peer_liveness.hpp>
 
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
@@ -16,7 +17,11 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace hyflow::parallel {
 
@@ -133,11 +138,83 @@ detail::NcclOp nccl_op(ReduceOp op) {
 
 }  // namespace
 
+/// Whether (and why) a group was aborted; shared with the completion callbacks of gloo work
+/// that may outlive the group.
+struct AbortState {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::optional<std::string> reason;
+};
+
 struct ProcessGroup::Impl {
   ProcessGroupOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<C10dStore> kv;
   c10::intrusive_ptr<c10d::ProcessGroup> group;  // gloo
+  std::shared_ptr<AbortState> abort_state = std::make_shared<AbortState>();
+  std::unique_ptr<PeerLiveness> liveness;
+  bool abandoned = false;  // a gloo work was given up while it still ran
+
+  std::string describe(const char* op) const {
+    return std::string("gloo ") + op + " of group '" + options.name + "' (" + where(options) + ")";
+  }
+
+  void abort(const std::string& reason) {
+    {
+      std::lock_guard lock(abort_state->mutex);
+      if (!abort_state->reason) abort_state->reason = reason;
+    }
+    abort_state->changed.notify_all();
+  }
+
+  void throw_if_aborted(const char* op) const {
+    std::lock_guard lock(abort_state->mutex);
+    if (abort_state->reason) {
+      throw CollectiveAbortedError(describe(op) + " refused: the group was aborted: " + *abort_state->reason);
+    }
+  }
+
+  // Waits for a gloo work until it completes or the group is aborted (a peer is gone).
+  void wait(const auto& work, const char* op) {
+    auto future = work->getFuture();
+    auto state = abort_state;
+    future->addCallback([state](c10::ivalue::Future&) {
+      { std::lock_guard lock(state->mutex); }
+      state->changed.notify_all();
+    });
+    {
+      std::unique_lock lock(state->mutex);
+      state->changed.wait(lock, [&] { return future->completed() || state->reason.has_value(); });
+      if (!future->completed()) {
+        abandoned = true;
+        throw CollectiveAbortedError(describe(op) + " was aborted: " + *state->reason);
+      }
+    }
+    work->wait();
+  }
+
+  void start_liveness() {
+    if (options.peer_timeout.count() <= 0 || options.world_size < 2) return;
+    const auto interval = std::clamp(options.peer_timeout / 10, std::chrono::milliseconds(10),
+                                     std::chrono::milliseconds(500));
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<std::uint16_t>(options.master_port);
+    client.isServer = false;
+    client.waitWorkers = false;
+    // c10d's client connect gives up at once below one second; the liveness thread bounds the
+    // time a stopped store may block it by wall time instead (peer_liveness.cpp)
+    client.timeout = std::chrono::milliseconds(2000);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
+    auto own = std::make_unique<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(options.name, tcp));
+    liveness = std::make_unique<PeerLiveness>(
+        PeerLiveness::Options{.group = options.name,
+                              .rank = options.rank,
+                              .world_size = options.world_size,
+                              .interval = interval,
+                              .timeout = options.peer_timeout,
+                              .store_address = options.master_addr + ":" + std::to_string(options.master_port)},
+        std::move(own), [this](const std::string& why) { abort(why); });
+  }
 #if HYFLOW_WITH_NCCL
   std::unique_ptr<detail::NcclCommunicator> nccl;
 
@@ -185,6 +262,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
       impl_->group =
           c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
+      impl_->start_liveness();
     }
   } catch (const c10::Error& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what_without_backtrace());
@@ -199,7 +277,27 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
 #endif
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  if (!impl_) return;
+  impl_->liveness.reset();  // stops the beating thread, which may call abort()
+  if (impl_->abandoned && impl_->group) {
+    // gloo joins its worker threads on destruction, and one of them is still inside the
+    // abandoned collective until gloo's own timeout: let that happen off this thread.
+    std::thread([group = std::move(impl_->group), store = std::move(impl_->store)]() mutable {
+      group.reset();
+      store.reset();
+    }).detach();
+  }
+}
+
+void ProcessGroup::abort(const std::string& reason) {
+  impl_->abort(reason);
+}
+
+std::optional<std::string> ProcessGroup::aborted() const {
+  std::lock_guard lock(impl_->abort_state->mutex);
+  return impl_->abort_state->reason;
+}
 
 int ProcessGroup::rank() const {
   return impl_->options.rank;
@@ -234,7 +332,8 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
-  impl_->group->allreduce(tensors, opts)->wait();
+  impl_->throw_if_aborted("all_reduce");
+  impl_->wait(impl_->group->allreduce(tensors, opts), "all_reduce");
   if (op == ReduceOp::avg) tensor.div_(size());
 }
 
@@ -252,7 +351,8 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  impl_->group->broadcast(tensors, opts)->wait();
+  impl_->throw_if_aborted("broadcast");
+  impl_->wait(impl_->group->broadcast(tensors, opts), "broadcast");
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
@@ -271,7 +371,8 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   std::vector<at::Tensor> input{tensor.contiguous()};
   std::vector<std::vector<at::Tensor>> output(1);
   for (int r = 0; r < size(); ++r) output[0].push_back(at::empty_like(input[0]));
-  impl_->group->allgather(output, input)->wait();
+  impl_->throw_if_aborted("all_gather");
+  impl_->wait(impl_->group->allgather(output, input), "all_gather");
   return output[0];
 }
 
@@ -319,7 +420,8 @@ void ProcessGroup::barrier() {
     return;
   }
 #endif
-  impl_->group->barrier()->wait();
+  impl_->throw_if_aborted("barrier");
+  impl_->wait(impl_->group->barrier(), "barrier");
 }
 
 void ProcessGroup::synchronize() {

@@ -9,6 +9,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 namespace test {
@@ -28,9 +30,24 @@ class CollectiveWorker : public hyflow::Worker {
     group().all_reduce(t);
     return t[0].item<double>();
   }
+  /// late_all_reduce that writes how it ended to "<dir>/rank<r>" (the survivors' side of a
+  /// peer's death, which the controller no longer waits for).
+  double late_all_reduce_reported(int late, int ms, const std::string& dir) {
+    const auto path = dir + "/rank" + std::to_string(rank());
+    try {
+      const double sum = late_all_reduce(late, ms);
+      std::ofstream(path) << "sum " << sum;
+      return sum;
+    } catch (const std::exception& e) {
+      std::ofstream(path) << "error " << e.what();
+      throw;
+    }
+  }
   static void define_methods(hyflow::MethodTable<CollectiveWorker>& t) {
     t.add("join", &CollectiveWorker::join, {.dispatch = hyflow::Dispatch::ONE_TO_ALL});
     t.add("late_all_reduce", &CollectiveWorker::late_all_reduce, {.dispatch = hyflow::Dispatch::ONE_TO_ALL});
+    t.add("late_all_reduce_reported", &CollectiveWorker::late_all_reduce_reported,
+          {.dispatch = hyflow::Dispatch::ONE_TO_ALL});
   }
 
  private:

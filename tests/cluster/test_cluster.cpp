@@ -14,8 +14,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 
@@ -295,7 +297,12 @@ void check_collective_failure(int stop_signal) {
     rt->set_launcher(cluster);
     WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"CollectiveWorker", Json::object()});
     REQUIRE(from_value<std::vector<int>>(wg.call("join"), "join") == std::vector<int>{0, 1, 2, 3});
-    auto pending = std::async(std::launch::async, [&] { return wg.call("late_all_reduce", 2, 20000); });
+    const auto reports = std::filesystem::temp_directory_path() /
+                         ("hyflow-collective-" + std::to_string(::getpid()) + "-" + std::to_string(stop_signal));
+    std::filesystem::remove_all(reports);
+    std::filesystem::create_directories(reports);
+    auto pending =
+        std::async(std::launch::async, [&] { return wg.call("late_all_reduce_reported", 2, 20000, reports.string()); });
     std::this_thread::sleep_for(500ms);  // ranks 0, 1, 3 are inside the all-reduce now
     const auto t0 = std::chrono::steady_clock::now();
     high.signal(stop_signal);
@@ -310,6 +317,24 @@ void check_collective_failure(int stop_signal) {
       // on the low node is never the one named.
       CHECK_THAT(e.what(), Catch::Contains("@" + high.address()) && !Catch::Contains("@" + low.address()));
     }
+    // The survivors (ranks 0 and 1, on the low node) do not stay inside gloo until its own 30 s
+    // timeout: their process group notices that ranks 2 and 3 stopped signalling and aborts
+    // the collective, naming one of them.
+    for (int survivor : {0, 1}) {
+      const auto report = reports / ("rank" + std::to_string(survivor));
+      const auto deadline = std::chrono::steady_clock::now() + 15s;
+      while (!std::filesystem::exists(report) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(50ms);
+      REQUIRE(std::filesystem::exists(report));
+      std::this_thread::sleep_for(50ms);  // the worker writes it in one go; let it close the file
+      std::ifstream in(report);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      INFO("rank " << survivor << ": " << text);
+      CHECK(text.rfind("error ", 0) == 0);
+      if (stop_signal == SIGSTOP)
+        CHECK_THAT(text, Catch::Contains("was aborted: rank 2") || Catch::Contains("was aborted: rank 3"));
+    }
+    std::filesystem::remove_all(reports);
     // The surviving node serves a new group at once, with its own collective, although the old
     // workers may still wait inside gloo (each worker has a thread of its own).
     WorkerGroup again(*rt, cluster->pool(std::vector<int>{2}), WorkerSpec{"CollectiveWorker", Json::object()});

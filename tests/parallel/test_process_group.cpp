@@ -117,3 +117,64 @@ TEST_CASE("ranks exchange an NCCL-style unique id through the group's store") {
   CHECK(ids[1] == ids[0]);
   CHECK(ids[2] == ids[0]);
 }
+
+namespace {
+/// `n` ranks on threads; each builds its group (with `peer_timeout`) and hands it to the caller.
+struct ThreadRanks {
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  ThreadRanks(int n, std::chrono::milliseconds peer_timeout) : groups(static_cast<size_t>(n)) {
+    const int port = pick_free_port();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        groups[static_cast<size_t>(r)] = std::make_unique<ProcessGroup>(ProcessGroupOptions{
+            .rank = r, .world_size = n, .master_port = port, .timeout = std::chrono::seconds(20),
+            .peer_timeout = peer_timeout});
+      });
+    for (auto& t : threads) t.join();
+  }
+};
+}  // namespace
+
+TEST_CASE("abort() frees the ranks waiting in a gloo all_reduce, with the reason, and refuses later collectives") {
+  ThreadRanks ranks(3, std::chrono::milliseconds(0));  // no liveness: only abort() can free them
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> waiting;
+  for (int r = 0; r < 2; ++r)
+    waiting.emplace_back([&, r] {
+      auto t = torch::ones({4});
+      try {
+        ranks.groups[static_cast<size_t>(r)]->all_reduce(t);  // rank 2 never comes
+      } catch (const CollectiveAbortedError& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ranks.groups[0]->abort("the controller saw rank 2 die");
+  ranks.groups[1]->abort("the controller saw rank 2 die");
+  for (auto& t : waiting) t.join();
+  for (const auto& e : errors)
+    CHECK_THAT(e, Catch::Contains("gloo all_reduce of group 'default'") &&
+                      Catch::Contains("was aborted: the controller saw rank 2 die"));
+  CHECK(ranks.groups[0]->aborted() == std::optional<std::string>("the controller saw rank 2 die"));
+  CHECK_FALSE(ranks.groups[2]->aborted().has_value());
+  auto t = torch::ones({4});
+  CHECK_THROWS_WITH(ranks.groups[0]->broadcast(t, 0), Catch::Contains("refused: the group was aborted"));
+  ranks.groups.clear();  // rank 2's exit ends the abandoned gloo work; nothing blocks here
+}
+
+TEST_CASE("a peer that is late but alive does not trip the liveness check") {
+  ThreadRanks ranks(3, std::chrono::milliseconds(300));
+  std::vector<float> sums(3, 0.f);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // four peer timeouts late
+      auto t = torch::full({2}, float(r + 1));
+      ranks.groups[static_cast<size_t>(r)]->all_reduce(t);
+      sums[static_cast<size_t>(r)] = t[0].item<float>();
+    });
+  for (auto& t : threads) t.join();
+  CHECK(sums == std::vector<float>{6.f, 6.f, 6.f});
+  for (auto& g : ranks.groups) CHECK_FALSE(g->aborted().has_value());
+}

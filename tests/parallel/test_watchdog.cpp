@@ -2,11 +2,13 @@
 // the test controls (the NCCL communicator hands the watchdog CUDA event queries instead).
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/parallel/peer_liveness.hpp>
 #include <hyflow/parallel/watchdog.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 using namespace hyflow::parallel;
@@ -111,4 +113,118 @@ TEST_CASE("a store barrier names the ranks that never arrived") {
 
 TEST_CASE("a watchdog needs a positive timeout") {
   CHECK_THROWS_AS(CollectiveWatchdog(options(0, 1, 0ms), nullptr, [] {}), hyflow::ValueError);
+}
+
+// --- PeerLiveness ----------------------------------------------------------------------------
+
+namespace {
+/// A view of a shared store that can be cut off, as if the store's process were gone.
+class CuttableStore : public KeyValueStore {
+ public:
+  CuttableStore(MemoryStore& store, std::atomic<bool>& cut) : store_(store), cut_(cut) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    if (cut_) throw hyflow::Error("connection reset by peer");
+    store_.set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    if (cut_) throw hyflow::Error("connection reset by peer");
+    return store_.get(key, timeout);
+  }
+  std::optional<std::vector<uint8_t>> try_get(const std::string& key) override {
+    if (cut_) throw hyflow::Error("connection reset by peer");
+    return store_.try_get(key);
+  }
+
+ private:
+  MemoryStore& store_;
+  std::atomic<bool>& cut_;
+};
+
+PeerLiveness::Options liveness_options(int rank, int world, std::chrono::milliseconds timeout = 200ms) {
+  return {.group = "actor", .rank = rank, .world_size = world, .interval = 5ms, .timeout = timeout,
+          .store_address = "127.0.0.1:29500"};
+}
+
+/// Waits (bounded) until `liveness` reports a failure.
+std::optional<std::string> failure_within(const PeerLiveness& liveness, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto f = liveness.failure()) return f;
+    std::this_thread::sleep_for(2ms);
+  }
+  return liveness.failure();
+}
+}  // namespace
+
+TEST_CASE("ranks that keep signalling never accuse each other") {
+  MemoryStore store;
+  std::atomic<bool> cut{false};
+  std::vector<std::unique_ptr<PeerLiveness>> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.push_back(
+        std::make_unique<PeerLiveness>(liveness_options(r, 3, 500ms), std::make_unique<CuttableStore>(store, cut)));
+  std::this_thread::sleep_for(1500ms);  // three times the timeout
+  for (auto& rank : ranks) CHECK_FALSE(rank->failure().has_value());
+}
+
+TEST_CASE("a rank that stops signalling is named by the others, once, through on_failure") {
+  MemoryStore store;
+  std::atomic<bool> cut{false};
+  std::atomic<int> calls{0};
+  std::string reported;
+  std::mutex reported_mutex;
+  auto on_failure = [&](const std::string& why) {
+    std::lock_guard lock(reported_mutex);
+    reported = why;
+    ++calls;
+  };
+  PeerLiveness rank0(liveness_options(0, 3), std::make_unique<CuttableStore>(store, cut), on_failure);
+  PeerLiveness rank1(liveness_options(1, 3), std::make_unique<CuttableStore>(store, cut));
+  PeerLiveness rank2(liveness_options(2, 3), std::make_unique<CuttableStore>(store, cut));
+  std::this_thread::sleep_for(50ms);
+  rank2.stop();
+  auto seen0 = failure_within(rank0, 10s);
+  auto seen1 = failure_within(rank1, 10s);
+  REQUIRE(seen0.has_value());
+  REQUIRE(seen1.has_value());
+  CHECK_THAT(*seen0, Catch::Contains("rank 2 of group 'actor'") && Catch::Contains("has not signalled for 200 ms"));
+  CHECK_THAT(*seen1, Catch::Contains("rank 2 of group 'actor'"));
+  std::this_thread::sleep_for(50ms);
+  std::lock_guard lock(reported_mutex);
+  CHECK(calls == 1);
+  CHECK(reported == *seen0);
+}
+
+TEST_CASE("a rank that never signals is named as such") {
+  MemoryStore store;
+  std::atomic<bool> cut{false};
+  PeerLiveness rank0(liveness_options(0, 2), std::make_unique<CuttableStore>(store, cut));
+  auto seen = failure_within(rank0, 10s);
+  REQUIRE(seen.has_value());
+  CHECK_THAT(*seen, Catch::Contains("rank 1 of group 'actor'") && Catch::Contains("(it never did)"));
+}
+
+TEST_CASE("a store that cannot be reached for the timeout is named with its address") {
+  MemoryStore store;
+  std::atomic<bool> cut{false};
+  PeerLiveness rank1(liveness_options(1, 2), std::make_unique<CuttableStore>(store, cut));
+  PeerLiveness rank0(liveness_options(0, 2), std::make_unique<CuttableStore>(store, cut));
+  std::this_thread::sleep_for(50ms);
+  cut = true;
+  auto seen = failure_within(rank1, 10s);
+  REQUIRE(seen.has_value());
+  CHECK_THAT(*seen, Catch::Contains("store of group 'actor' at 127.0.0.1:29500") &&
+                        Catch::Contains("connection reset by peer"));
+}
+
+TEST_CASE("peer liveness rejects a bad interval, rank or store") {
+  MemoryStore store;
+  std::atomic<bool> cut{false};
+  auto o = liveness_options(0, 2);
+  o.timeout = 1ms;
+  CHECK_THROWS_AS(PeerLiveness(o, std::make_unique<CuttableStore>(store, cut)), hyflow::ValueError);
+  o = liveness_options(2, 2);
+  CHECK_THROWS_WITH(PeerLiveness(o, std::make_unique<CuttableStore>(store, cut)),
+                    Catch::Contains("rank 2 is outside world size 2"));
+  CHECK_THROWS_AS(PeerLiveness(liveness_options(0, 2), nullptr), hyflow::ValueError);
 }

@@ -4,14 +4,19 @@
 // collectives on CPU tensors. Backend::nccl (builds with -DHYFLOW_CUDA=ON) runs them on CUDA
 // tensors: enqueued on the current CUDA stream and asynchronous for the host, watched by a
 // CollectiveWatchdog that aborts the communicator after `timeout` and names the op, the group
-// and the ranks that never arrived (hyflow/parallel/watchdog.hpp).
+// and the ranks that never arrived (hyflow/parallel/watchdog.hpp). A gloo collective waiting for
+// a peer whose process died or stopped is aborted once that peer has been silent for
+// `peer_timeout` (hyflow/parallel/peer_liveness.hpp), naming it, instead of waiting for gloo's
+// own timeout; abort() does the same on request.
 
+#include <hyflow/core/error.hpp>
 #include <hyflow/parallel/watchdog.hpp>
 
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +44,17 @@ struct ProcessGroupOptions {
   std::string name = "default";
   /// NCCL: the CUDA device of this rank (-1: the current device).
   int device = -1;
+  /// gloo: a collective that waits for a rank whose process has not signalled for this long
+  /// (dead, stopped, cut off) is aborted, naming the rank. 0 turns the check off. Ranks signal
+  /// from a thread of their own every peer_timeout / 10 (at most 500 ms) through the store.
+  std::chrono::milliseconds peer_timeout{5000};
+};
+
+/// A collective that was given up because a peer is gone or abort() was called. The group
+/// cannot be used again: every later collective throws it too.
+class CollectiveAbortedError : public Error {
+ public:
+  using Error::Error;
 };
 
 /// A process group for one rank. Construction blocks until every rank has joined (or the
@@ -63,6 +79,13 @@ class ProcessGroup {
   void all_gather_into_tensor(at::Tensor& output, const at::Tensor& input);
   /// `input` (size() * n, ...) is reduced across ranks; `output` (n, ...) gets this rank's block.
   void reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::sum);
+  /// Makes the collective this rank waits in (gloo), and every later one, throw
+  /// CollectiveAbortedError with `reason`. Thread-safe; the first reason wins. The abandoned
+  /// gloo work is released in the background when gloo itself gives up.
+  void abort(const std::string& reason);
+  /// The reason the group was aborted, if it was.
+  std::optional<std::string> aborted() const;
+
   /// Blocks until every rank has arrived (nccl: and every earlier collective has finished).
   void barrier();
   /// Blocks until this rank's enqueued collectives have finished (nccl; gloo's are synchronous).
