@@ -62,6 +62,22 @@ std::vector<ConfigKey> make_ppo_keys() {
   std::vector<ConfigKey> rest = {
       key("actor_rollout_ref.rollout.name", T::string, "hf", "rollout engine (hyflow: hf)"),
       key("actor_rollout_ref.rollout.mode", T::string, "sync", "accepted for verl compatibility"),
+      at_least(1, "actor_rollout_ref.rollout.nnodes", 1, "trainer.v1.trainer_mode=separate_async: rollout nodes"),
+      at_least(1, "actor_rollout_ref.rollout.n_gpus_per_node", 1,
+               "trainer.v1.trainer_mode=separate_async: rollout workers per node"),
+      key("trainer.v1.trainer_mode", T::string, "sync",
+          "sync (one colocated group) | separate_async (a rollout group of its own, generating ahead)"),
+      at_least(1, "trainer.v1.separate_async.num_warmup_batches", 1,
+               "separate_async: generation batches in flight ahead of training (1: one-step-off)"),
+      at_least(0, "trainer.v1.sampler.max_off_policy_threshold", 8,
+               "separate_async: most weight versions a trajectory may lag the trained policy"),
+      key("trainer.v1.sampler.max_off_policy_strategy", T::string, "drop",
+          "separate_async, beyond the threshold: drop (discard the prompt group) | wait (hold generation back)"),
+      key("async_training.partial_rollout", T::boolean, false,
+          "separate_async: generate in segments; a weight update between them continues the rows on the new "
+          "version"),
+      at_least(1, "async_training.partial_rollout_segments", 2,
+               "separate_async with partial_rollout: segments a response is generated in"),
       key("critic.enable", T::boolean, kNull, "null: on for gae", true),
   };
   for (auto& o : rest) k.push_back(std::move(o));
