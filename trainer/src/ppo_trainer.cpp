@@ -4,6 +4,7 @@
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/algos/rollout_correction.hpp>
 #include <hyflow/trainer/async_rollout.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/dynamic_sampling.hpp>
@@ -147,6 +148,7 @@ struct PPOTrainer::Impl {
 
   // trainer.v1.trainer_mode=separate_async: a rollout group of its own, fed versioned weights,
   // generating up to num_warmup_batches generation batches ahead of training (docs/trainer.md)
+  std::optional<algos::rollout_correction::RolloutIsOptions> rollout_is;  // algorithm.rollout_correction
   bool separate_async = false;
   int64_t num_warmup_batches = 1;
   int64_t max_off_policy_threshold = 8;
@@ -286,6 +288,19 @@ void PPOTrainer::Impl::setup() {
     total_steps = c.get_int("trainer.total_training_steps");
   }
 
+  if (!c.is_null("algorithm.rollout_correction.rollout_is")) {
+    rollout_is = algos::rollout_correction::RolloutIsOptions{
+        .level = c.get_string("algorithm.rollout_correction.rollout_is"),
+        .threshold = c.get_double("algorithm.rollout_correction.rollout_is_threshold")};
+    if (rollout_is->level != "token" && rollout_is->level != "sequence")
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is': '" + rollout_is->level +
+                       "' is not token, sequence or null");
+    if (!(rollout_is->threshold > 0))
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is_threshold' must be > 0");
+    if (!c.get_bool("actor_rollout_ref.rollout.calculate_log_probs"))
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is' needs the rollout's log-probs: set "
+                       "actor_rollout_ref.rollout.calculate_log_probs=true");
+  }
   const std::string mode = c.get_string("trainer.v1.trainer_mode");
   if (mode != "sync" && mode != "separate_async")
     throw ValueError("config key 'trainer.v1.trainer_mode': unknown mode '" + mode +
@@ -659,6 +674,13 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
         algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
     batch.union_with(
         old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
+  }
+  if (rollout_is) {  // verl's decoupled rollout correction: weights old / rollout policy per token
+    auto r = algos::rollout_correction::compute_rollout_is_weights(
+        batch.batch.at("old_log_probs"), batch.batch.at("rollout_log_probs"), batch.batch.at("response_mask"),
+        *rollout_is);
+    batch.batch.set("rollout_is_weights", r.weights);
+    m.update(r.metrics);
   }
   if (use_kl_loss || use_kl_in_reward) {
     Timer t(m, "ref");
