@@ -261,6 +261,16 @@ TEST_CASE("separate_async resume at an epoch boundary trains the next epoch") {
   }
 }
 
+TEST_CASE("config/grpo_arithmetic_async.ini reads: one-step-off on separate workers with rollout correction") {
+  Config c;
+  c.load_ini(HYFLOW_ASYNC_CONFIG);
+  CHECK(c.get_string("trainer.v1.trainer_mode") == "separate_async");
+  CHECK(c.get_int("trainer.v1.separate_async.num_warmup_batches") == 1);
+  CHECK(c.get_int("actor_rollout_ref.rollout.n_gpus_per_node") == 1);
+  CHECK(c.get_string("algorithm.rollout_correction.rollout_is") == "token");
+  CHECK(c.get_bool("actor_rollout_ref.rollout.calculate_log_probs"));
+}
+
 TEST_CASE("separate_async config errors name the key") {
   TempDir out("async_errors");
   Config mode = small_config("grpo", out.path);

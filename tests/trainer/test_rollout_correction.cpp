@@ -99,5 +99,6 @@ TEST_CASE("the trainer weights one-step-off samples by rollout correction: rollo
 
   Config no_log_probs = small_config("grpo", out.path);
   no_log_probs.set("algorithm.rollout_correction.rollout_is", "token");
-  CHECK_THROWS_WITH(trainer::PPOTrainer(no_log_probs), Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
+  CHECK_THROWS_WITH(trainer::PPOTrainer(no_log_probs),
+                    Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
 }

@@ -322,7 +322,8 @@ void PPOTrainer::Impl::setup() {
     if (partial_segments > max_response_length)
       throw ValueError("config key 'async_training.partial_rollout_segments' (" + std::to_string(partial_segments) +
                        ") exceeds data.max_response_length (" + std::to_string(max_response_length) + ")");
-    rollout_world = c.get_int("actor_rollout_ref.rollout.nnodes") * c.get_int("actor_rollout_ref.rollout.n_gpus_per_node");
+    rollout_world =
+        c.get_int("actor_rollout_ref.rollout.nnodes") * c.get_int("actor_rollout_ref.rollout.n_gpus_per_node");
   }
 
   std::string cf = c.get_string("custom_reward_function.name");
