@@ -1,6 +1,7 @@
 // The PPO trainer with its workers on caf-node processes (cluster.nodes): the same 2-step GRPO
 // run placed on 2 nodes of 1 worker each gives the metrics of the in-process run with 2
-// workers, and a node that is not listening is an error naming it.
+// workers (also in separate_async mode, the rollout group on a node of its own ranks), and a
+// node that is not listening is an error naming it.
 #include "node_process.hpp"
 #include "ppo_test_fixture.hpp"
 
@@ -60,6 +61,38 @@ TEST_CASE("GRPO with workers on 2 caf-nodes gives the metrics of the in-process 
     }
   }
   CHECK(remote.back().contains("val-core/arithmetic/reward/mean@1"));
+}
+
+TEST_CASE("separate_async with its groups on 2 caf-nodes (weights through the data plane) gives the metrics of the "
+          "in-process run") {
+  auto async = [](Config c) {
+    c.set("trainer.v1.trainer_mode", "separate_async");
+    c.set("actor_rollout_ref.rollout.n_gpus_per_node", "1");
+    return c;
+  };
+  TempDir local_out("async_local"), cluster_out("async_cluster");
+  const auto local = run(async(small_config("grpo", local_out.path)));
+
+  test::NodeProcess a, b;
+  Config c = async(small_config("grpo", cluster_out.path));
+  c.set("trainer.nnodes", "2");
+  c.set("trainer.n_gpus_per_node", "1");
+  c.set("cluster.nodes", a.address() + "," + b.address());
+  const auto remote = run(c);
+
+  REQUIRE(remote.size() == local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    CHECK(remote[i].contains("training/off_policy/trajectory_staleness/max") ==
+          local[i].contains("training/off_policy/trajectory_staleness/max"));
+    for (const auto& [k, v] : local[i].items()) {
+      CAPTURE(i, k);
+      REQUIRE(remote[i].contains(k));
+      if (v.is_number())
+        CHECK(remote[i].at(k).get<double>() == Approx(v.get<double>()).margin(1e-9));
+      else
+        CHECK(remote[i].at(k) == v);
+    }
+  }
 }
 
 TEST_CASE("cluster.nodes naming a closed port fails with the node's address") {

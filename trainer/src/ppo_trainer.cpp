@@ -4,6 +4,8 @@
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/algos/rollout_correction.hpp>
+#include <hyflow/trainer/async_rollout.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/dynamic_sampling.hpp>
 #include <hyflow/algos/metric_utils.hpp>
@@ -14,6 +16,8 @@
 #include "trainer_metrics.hpp"
 
 #include <chrono>
+#include <deque>
+#include <future>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +146,27 @@ struct PPOTrainer::Impl {
   std::optional<WorkerGroup> actor, critic, rm;
   std::vector<nlohmann::json> history;
 
+  // trainer.v1.trainer_mode=separate_async: a rollout group of its own, fed versioned weights,
+  // generating up to num_warmup_batches generation batches ahead of training (docs/trainer.md)
+  std::optional<algos::rollout_correction::RolloutIsOptions> rollout_is;  // algorithm.rollout_correction
+  bool separate_async = false;
+  int64_t num_warmup_batches = 1;
+  int64_t max_off_policy_threshold = 8;
+  bool drop_stale = true;  // max_off_policy_strategy: drop (else wait)
+  bool partial_rollout = false;
+  int64_t partial_segments = 1;
+  int64_t rollout_world = 0;
+  int64_t consumed_cursor = 0;  // data_cursor after the last generation batch taken off the queue
+  struct InFlight {
+    DataProto batch;  // the prompts' columns (not repeated), uid set
+    int64_t epoch = 0;
+    int64_t cursor_after = 0;
+    std::shared_future<DataProto> result;
+  };
+  std::deque<InFlight> in_flight;
+  std::optional<WorkerGroup> rollout_wg;         // declared after runtime: destroyed before it
+  std::unique_ptr<SerialExecutor> executor;  // declared after rollout: joined before it goes
+
   explicit Impl(const Config& c) : config(c) {}
   void setup();
   /// The rows of the next generation batch (data_cursor advances), with its epoch; nullopt
@@ -149,11 +174,25 @@ struct PPOTrainer::Impl {
   std::optional<std::vector<int64_t>> next_gen_batch(int64_t& epoch);
   /// Prompts -> uid -> rollout.n samples each -> response_mask (ReMax: greedy baselines).
   DataProto generate(const std::vector<int64_t>& indices, const std::string& uid_prefix, nlohmann::json& m);
+  /// The prompt batch of `indices` with uids, and its generation input (rollout.n rows per prompt).
+  std::pair<DataProto, DataProto> prepare_generation(const std::vector<int64_t>& indices,
+                                                     const std::string& uid_prefix);
+  /// Prompt rows (already repeated rollout.n times) joined with their rollout, response_mask set.
+  DataProto with_rollout(DataProto batch, const DataProto& gen_out);
+  // separate_async
+  void launch_generation();
+  void submit_segment(std::shared_ptr<std::promise<DataProto>> promise, DataProto input, int64_t segment);
+  /// Launches generation batches until num_warmup_batches are in flight (with the wait strategy,
+  /// only those that cannot lag more than max_off_policy_threshold versions when trained).
+  void top_up(bool popped_this_step);
+  void publish_weights(int64_t version);
+  std::optional<nlohmann::json> async_step(int64_t global_step);
   void balance_and_count(DataProto& batch, nlohmann::json& m);
   void score(DataProto& batch, nlohmann::json& m);
   /// old/ref log-probs, values, advantages, updates and the step's metrics.
   nlohmann::json train(DataProto& batch, int64_t global_step, int64_t epoch, nlohmann::json m,
-                       std::chrono::steady_clock::time_point step_start);
+                       std::chrono::steady_clock::time_point step_start,
+                       const std::function<void(nlohmann::json&)>& after_update = {});
   /// One step of the plain loop: one generation batch of train_batch_size prompts.
   nlohmann::json step(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
   /// One step with dynamic sampling; nullopt when the data ran out before the batch was full.
@@ -249,6 +288,44 @@ void PPOTrainer::Impl::setup() {
     total_steps = c.get_int("trainer.total_training_steps");
   }
 
+  if (!c.is_null("algorithm.rollout_correction.rollout_is")) {
+    rollout_is = algos::rollout_correction::RolloutIsOptions{
+        .level = c.get_string("algorithm.rollout_correction.rollout_is"),
+        .threshold = c.get_double("algorithm.rollout_correction.rollout_is_threshold")};
+    if (rollout_is->level != "token" && rollout_is->level != "sequence")
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is': '" + rollout_is->level +
+                       "' is not token, sequence or null");
+    if (!(rollout_is->threshold > 0))
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is_threshold' must be > 0");
+    if (!c.get_bool("actor_rollout_ref.rollout.calculate_log_probs"))
+      throw ValueError("config key 'algorithm.rollout_correction.rollout_is' needs the rollout's log-probs: set "
+                       "actor_rollout_ref.rollout.calculate_log_probs=true");
+  }
+  const std::string mode = c.get_string("trainer.v1.trainer_mode");
+  if (mode != "sync" && mode != "separate_async")
+    throw ValueError("config key 'trainer.v1.trainer_mode': unknown mode '" + mode +
+                     "' (sync, separate_async; colocate_async is not built: on one CPU pool it would not overlap)");
+  separate_async = mode == "separate_async";
+  if (separate_async) {
+    if (adv_estimator == "remax")
+      throw ValueError("config key 'trainer.v1.trainer_mode' = separate_async with algorithm.adv_estimator=remax: "
+                       "the greedy baselines would come from another weight version than the samples");
+    num_warmup_batches = c.get_int("trainer.v1.separate_async.num_warmup_batches");
+    max_off_policy_threshold = c.get_int("trainer.v1.sampler.max_off_policy_threshold");
+    const std::string strategy = c.get_string("trainer.v1.sampler.max_off_policy_strategy");
+    if (strategy != "drop" && strategy != "wait")
+      throw ValueError("config key 'trainer.v1.sampler.max_off_policy_strategy': '" + strategy +
+                       "' is not drop or wait");
+    drop_stale = strategy == "drop";
+    partial_rollout = c.get_bool("async_training.partial_rollout");
+    partial_segments = partial_rollout ? c.get_int("async_training.partial_rollout_segments") : 1;
+    if (partial_segments > max_response_length)
+      throw ValueError("config key 'async_training.partial_rollout_segments' (" + std::to_string(partial_segments) +
+                       ") exceeds data.max_response_length (" + std::to_string(max_response_length) + ")");
+    rollout_world =
+        c.get_int("actor_rollout_ref.rollout.nnodes") * c.get_int("actor_rollout_ref.rollout.n_gpus_per_node");
+  }
+
   std::string cf = c.get_string("custom_reward_function.name");
   const std::string manager = c.get_string("reward_model.reward_manager");
   if (c.is_null("custom_reward_function.path")) {
@@ -319,9 +396,17 @@ void PPOTrainer::Impl::setup() {
   if (const double timeout_s = c.get_double("trainer.call_timeout_s"); timeout_s > 0)
     group_options.call_deadline =
         std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(timeout_s * 1000))));
+  // separate_async: the rollout-only workers (verl's standalone rollout replicas)
+  const WorkerSpec rollout_spec{"ActorRolloutRefWorker", {{"config", arr}, {"role", "rollout"}}};
+  const std::vector<int> rollout_per_node(
+      separate_async ? static_cast<size_t>(c.get_int("actor_rollout_ref.rollout.nnodes")) : 0,
+      static_cast<int>(c.get_int("actor_rollout_ref.rollout.n_gpus_per_node")));
+  WorkerGroupOptions rollout_options = group_options;
+  rollout_options.name_prefix = "rollout_";
   if (c.is_null("cluster.nodes")) {
     runtime = std::make_unique<Runtime>();
     bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles), group_options);
+    if (separate_async) rollout_wg.emplace(*runtime, ResourcePool(rollout_per_node), rollout_spec, rollout_options);
   } else {
     // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
     // n_gpus_per_node workers each
@@ -357,6 +442,8 @@ void PPOTrainer::Impl::setup() {
     auto nodes = cluster::RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(nodes);
     bundle.emplace(*runtime, nodes->pool(per_node), colocated_spec(roles), group_options);
+    // the rollout group's own workers (ranks) on the first rollout.nnodes nodes
+    if (separate_async) rollout_wg.emplace(*runtime, nodes->pool(rollout_per_node), rollout_spec, rollout_options);
   }
   std::vector<std::string> names;
   for (const auto& r : roles) names.push_back(r.first);
@@ -364,6 +451,7 @@ void PPOTrainer::Impl::setup() {
   actor.emplace(views.at("actor_rollout_ref"));
   if (use_critic) critic.emplace(views.at("critic"));
   if (use_rm) rm.emplace(views.at("rm"));
+  if (separate_async) executor = std::make_unique<SerialExecutor>();
 }
 
 std::optional<std::vector<int64_t>> PPOTrainer::Impl::next_gen_batch(int64_t& epoch) {
@@ -378,14 +466,27 @@ std::optional<std::vector<int64_t>> PPOTrainer::Impl::next_gen_batch(int64_t& ep
   return std::vector<int64_t>(order.begin() + b * gen_batch_size, order.begin() + (b + 1) * gen_batch_size);
 }
 
-DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const std::string& uid_prefix,
-                                     nlohmann::json& m) {
+std::pair<DataProto, DataProto> PPOTrainer::Impl::prepare_generation(const std::vector<int64_t>& indices,
+                                                                    const std::string& uid_prefix) {
   DataProto batch = train_data->batch(indices);
   dataproto::Column uid;
   for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back(uid_prefix + std::to_string(i));
   batch.non_tensor_batch["uid"] = std::move(uid);
   DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
+  return {std::move(batch), std::move(gen_batch)};
+}
 
+DataProto PPOTrainer::Impl::with_rollout(DataProto batch, const DataProto& gen_out) {
+  batch.union_with(gen_out);
+  const int64_t T = batch.batch.at("responses").size(1);
+  if (!batch.batch.contains("response_mask"))
+    batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
+  return batch;
+}
+
+DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const std::string& uid_prefix,
+                                     nlohmann::json& m) {
+  auto [batch, gen_batch] = prepare_generation(indices, uid_prefix);
   DataProto gen_out;
   {
     Timer t(m, "gen");
@@ -401,12 +502,120 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
     greedy.union_with(batch);
     reward_baselines = (*reward_fn)(greedy).reward_tensor.sum(-1);
   }
-  batch.union_with(gen_out);
+  batch = with_rollout(std::move(batch), gen_out);
   if (reward_baselines) batch.batch.set("reward_baselines", *reward_baselines);
-  const int64_t T = batch.batch.at("responses").size(1);
-  if (!batch.batch.contains("response_mask"))
-    batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
   return batch;
+}
+
+void PPOTrainer::Impl::launch_generation() {
+  const int64_t batch_number = data_cursor;  // uids name the generation batch: it is trained at an unknown step
+  int64_t epoch = 0;
+  const auto indices = next_gen_batch(epoch);
+  if (!indices) throw Error("launch_generation: no training data left");  // top_up checks first
+  auto [batch, gen_batch] = prepare_generation(*indices, "b" + std::to_string(batch_number) + "-");
+  auto promise = std::make_shared<std::promise<DataProto>>();
+  in_flight.push_back(InFlight{std::move(batch), epoch, data_cursor, promise->get_future().share()});
+  submit_segment(std::move(promise), std::move(gen_batch), 0);
+}
+
+void PPOTrainer::Impl::submit_segment(std::shared_ptr<std::promise<DataProto>> promise, DataProto input,
+                                      int64_t segment) {
+  // Segment k of S generates R/S tokens (the first R mod S segments one more). A weight update
+  // published meanwhile is queued before the next segment, so the rows go on with the new version.
+  const int64_t length = max_response_length / partial_segments + (segment < max_response_length % partial_segments);
+  executor->submit([this, promise = std::move(promise), input = std::move(input), segment, length]() mutable {
+    if (auto error = executor->failure()) {
+      promise->set_exception(error);
+      return;
+    }
+    try {
+      input.meta_info["response_length"] = length;
+      DataProto out = segment == 0 ? DataProto(rollout_wg->call(&ActorRolloutRefWorker::generate_sequences, input))
+                                   : DataProto(rollout_wg->call(&ActorRolloutRefWorker::continue_sequences, input));
+      if (segment + 1 < partial_segments) {
+        submit_segment(std::move(promise), std::move(out), segment + 1);
+        return;
+      }
+      promise->set_value(std::move(out));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+      throw;  // marks the executor failed: later generations do not run on an unknown state
+    }
+  });
+}
+
+void PPOTrainer::Impl::top_up(bool popped_this_step) {
+  while (static_cast<int64_t>(in_flight.size()) < num_warmup_batches && (!data_budget || data_cursor < *data_budget)) {
+    // A batch launched now uses the last published version and is trained at the latest
+    // in_flight.size() (+1 once this step took its batch) versions later.
+    const int64_t lag_bound = static_cast<int64_t>(in_flight.size()) + (popped_this_step ? 1 : 0);
+    if (!drop_stale && lag_bound > max_off_policy_threshold) break;
+    launch_generation();
+  }
+}
+
+void PPOTrainer::Impl::publish_weights(int64_t version) {
+  const Value parts = actor->call(&ActorRolloutRefWorker::export_weights);  // one DataProto per rank
+  if (!parts.is_list() || parts.list().empty() || !parts.list().front().is_dataproto())
+    throw Error("export_weights: expected one DataProto per rank, got " + parts.kind());
+  DataProto weights = parts.list().front().dataproto();  // rank 0 answers for the whole actor
+  weights.meta_info["weight_version"] = version;
+  executor->submit([this, weights = std::move(weights)] {
+    if (executor->failure()) return;
+    rollout_wg->call(&ActorRolloutRefWorker::load_weights, weights);
+  });
+}
+
+std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) {
+  nlohmann::json m = nlohmann::json::object();
+  const auto step_start = std::chrono::steady_clock::now();
+  const int64_t trained_version = global_step - 1;  // the version this step's update starts from
+  std::optional<DynamicSampler> sampler;
+  if (filter_groups) sampler.emplace(train_batch_size, n, max_num_gen_batches);
+  int64_t dropped = 0, epoch = 0;
+  DataProto batch;
+  for (;;) {
+    top_up(/*popped_this_step=*/false);
+    if (in_flight.empty()) return std::nullopt;  // the data of total_epochs ran out
+    InFlight item = std::move(in_flight.front());
+    in_flight.pop_front();
+    consumed_cursor = item.cursor_after;
+    epoch = item.epoch;
+    DataProto out;
+    {
+      Timer t(m, "gen");  // verl V1: the trainer's wait for its next batch
+      out = item.result.get();
+    }
+    DataProto rows = with_rollout(item.batch.repeat(n, /*interleave=*/true), out);
+    const int64_t worst = trained_version - rows.batch.at("min_weight_version").min().item<int64_t>();
+    if (worst > max_off_policy_threshold) {
+      if (!drop_stale)
+        throw Error("separate_async: a generation batch lags " + std::to_string(worst) +
+                    " versions under the wait strategy (max_off_policy_threshold " +
+                    std::to_string(max_off_policy_threshold) + ")");
+      dropped += rows.size();  // all its groups started on that version
+      continue;
+    }
+    score(rows, m);
+    if (!sampler) {
+      batch = std::move(rows);
+      break;
+    }
+    sampler->add(rows, filter_metric_values(rows, filter_metric));
+    if (sampler->full()) {
+      m["train/num_gen_batches"] = sampler->num_gen_batches();
+      batch = sampler->take();
+      break;
+    }
+  }
+  top_up(/*popped_this_step=*/true);  // the next batches generate while this one trains
+  m["training/off_policy/dropped_trajectories"] = dropped;
+  m.update(off_policy_metrics(batch, trained_version));
+  balance_and_count(batch, m);
+  return train(batch, global_step, epoch, std::move(m), step_start, [&](nlohmann::json& metrics) {
+    Timer t(metrics, "update_weights");
+    publish_weights(global_step);
+  });
 }
 
 void PPOTrainer::Impl::balance_and_count(DataProto& batch, nlohmann::json& m) {
@@ -456,7 +665,8 @@ std::optional<nlohmann::json> PPOTrainer::Impl::dynamic_step(int64_t global_step
 }
 
 nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, int64_t epoch, nlohmann::json m,
-                                       std::chrono::steady_clock::time_point step_start) {
+                                       std::chrono::steady_clock::time_point step_start,
+                                       const std::function<void(nlohmann::json&)>& after_update) {
   {
     Timer t(m, "old_log_prob");
     DataProto old = actor->call(&ActorRolloutRefWorker::compute_log_prob, batch);
@@ -465,6 +675,13 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
         algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
     batch.union_with(
         old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
+  }
+  if (rollout_is) {  // verl's decoupled rollout correction: weights old / rollout policy per token
+    auto r = algos::rollout_correction::compute_rollout_is_weights(
+        batch.batch.at("old_log_probs"), batch.batch.at("rollout_log_probs"), batch.batch.at("response_mask"),
+        *rollout_is);
+    batch.batch.set("rollout_is_weights", r.weights);
+    m.update(r.metrics);
   }
   if (use_kl_loss || use_kl_in_reward) {
     Timer t(m, "ref");
@@ -509,6 +726,7 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     DataProto out = actor->call(&ActorRolloutRefWorker::update_actor, batch);
     for (const auto& [k, v] : algos::metric_utils::reduce_metrics(out.meta_info.at("metrics"))) m[k] = v;
   }
+  if (after_update) after_update(m);
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   m["timing_s/step"] = step_s;
   std::map<std::string, double> timing_raw;
@@ -516,7 +734,7 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     if (k.rfind("timing_s/", 0) == 0) timing_raw[k.substr(9)] = v.get<double>();
   m.update(algos::metric_utils::compute_data_metrics(batch, use_critic));
   m.update(algos::metric_utils::compute_timing_metrics(batch, timing_raw));
-  m.update(algos::metric_utils::compute_throughout_metrics(batch, timing_raw, world));
+  m.update(algos::metric_utils::compute_throughout_metrics(batch, timing_raw, world + rollout_world));
   m["training/global_step"] = global_step;
   m["training/epoch"] = epoch;
   return m;
@@ -577,7 +795,10 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
   actor->call(&ActorRolloutRefWorker::save_checkpoint, (tmp / "actor").string(), global_step);
   if (use_critic) critic->call(&CriticWorker::save_checkpoint, (tmp / "critic").string(), global_step);
   nlohmann::json state = {
-      {"global_step", global_step}, {"data_cursor", data_cursor}, {"gen_batch_size", gen_batch_size}};
+      {"global_step", global_step},
+      // separate_async: the batches still generating are not consumed; a resumed run generates them again
+      {"data_cursor", separate_async ? consumed_cursor : data_cursor},
+      {"gen_batch_size", gen_batch_size}};
   if (kl_ctrl) state["kl_coef"] = kl_ctrl->value;
   write_text_atomically(tmp / "data.json", state.dump(2));
   fs::remove_all(final_dir);
@@ -633,6 +854,7 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
                         " is not an integer >= global_step " + std::to_string(step));
     data_cursor = state.at("data_cursor").get<int64_t>();
   }
+  consumed_cursor = data_cursor;
   if (state.contains("gen_batch_size") && state.at("gen_batch_size") != gen_batch_size)
     throw ValueError("config key 'data.gen_batch_size' (" + std::to_string(gen_batch_size) + ") differs from " +
                      state.at("gen_batch_size").dump() + " of the checkpoint " + dir.string() +
@@ -695,6 +917,7 @@ PPOTrainer::~PPOTrainer() = default;
 
 void PPOTrainer::init_workers() {
   impl_->actor->call(&ActorRolloutRefWorker::init_model);
+  if (impl_->rollout_wg) impl_->rollout_wg->call(&ActorRolloutRefWorker::init_model);
   if (impl_->critic) impl_->critic->call(&CriticWorker::init_model);
   if (impl_->rm) impl_->rm->call(&RewardModelWorker::init_model);
 }
@@ -720,9 +943,12 @@ void PPOTrainer::fit() {
   }
   const int64_t test_freq = s.config.get_int("trainer.test_freq");
   const int64_t save_freq = s.config.get_int("trainer.save_freq");
+  if (s.separate_async) s.publish_weights(global_step);  // the rollout group starts from the trained weights
   while (global_step < s.total_steps) {
     std::optional<nlohmann::json> stepped;
-    if (s.filter_groups) {
+    if (s.separate_async) {
+      stepped = s.async_step(global_step + 1);
+    } else if (s.filter_groups) {
       stepped = s.dynamic_step(global_step + 1);
     } else {
       int64_t epoch = 0;
@@ -745,6 +971,10 @@ void PPOTrainer::fit() {
       s.save_checkpoint(global_step);
     }
     s.log(m, global_step, progress);
+  }
+  if (s.executor) {  // generation batches launched ahead of steps that will not come
+    s.executor->drain();
+    s.in_flight.clear();
   }
 }
 

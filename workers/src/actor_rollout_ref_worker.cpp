@@ -75,11 +75,8 @@ void ActorRolloutRefWorker::require_initialized(const char* method) const {
   if (!ready) throw ValueError(std::string(method) + ": call init_model first");
 }
 
-DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
-  static const std::string method = "generate_sequences";
-  if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
-  require_initialized("generate_sequences");
-  require_keys(prompts, {"input_ids", "attention_mask"}, method);
+models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataProto& prompts,
+                                                                   const std::string& method) {
   const auto& r = config_.rollout;
   bool do_sample = r.do_sample;
   double temperature = r.temperature, top_p = r.top_p;
@@ -94,10 +91,9 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   temperature = detail::meta_double(prompts, "temperature", temperature, method);
   top_p = detail::meta_double(prompts, "top_p", top_p, method);
   top_k = detail::meta_int(prompts, "top_k", top_k, method);
-  const int64_t response_length = detail::meta_int(prompts, "response_length", r.response_length, method);
 
   models::GenerationOptions options;
-  options.max_new_tokens = response_length;
+  options.max_new_tokens = detail::meta_int(prompts, "response_length", r.response_length, method);
   options.do_sample = do_sample && temperature > 0;
   options.sampling =
       cuda::SamplingOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = r.min_p};
@@ -108,10 +104,20 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
     std::lock_guard lock(rollout_generator_->mutex());
     options.seed = gen->random64();
   }
+  return options;
+}
+
+DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
+  static const std::string method = "generate_sequences";
+  if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
+  require_initialized("generate_sequences");
+  require_keys(prompts, {"input_ids", "attention_mask"}, method);
+  const models::GenerationOptions options = generation_options(prompts, method);
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
                     prompts.non_tensor_batch, prompts.meta_info);
   DataProto out = models::generate(policy_, input, options);
   if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
+  stamp_weight_version(out);
   return out;
 }
 
@@ -192,6 +198,10 @@ void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t
         {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("update_actor", &ActorRolloutRefWorker::update_actor, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("parameter_digest", &ActorRolloutRefWorker::parameter_digest, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("export_weights", &ActorRolloutRefWorker::export_weights, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("load_weights", &ActorRolloutRefWorker::load_weights, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("weight_version", &ActorRolloutRefWorker::weight_version, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("continue_sequences", &ActorRolloutRefWorker::continue_sequences, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("save_checkpoint", &ActorRolloutRefWorker::save_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("load_checkpoint", &ActorRolloutRefWorker::load_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
 }

@@ -6,6 +6,7 @@
 
 #include <hyflow/actors/method_table.hpp>
 #include <hyflow/actors/worker.hpp>
+#include <hyflow/models/generation.hpp>
 #include <hyflow/models/llama.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -63,6 +64,27 @@ class ActorRolloutRefWorker : public Worker {
   /// The policy (actor/rollout roles) once init_model ran; null otherwise.
   models::CausalLM policy() const { return policy_; }
 
+  /// The policy's full state for the rollout group (the trainer -> rollout weight handoff): one
+  /// row, every parameter as a tensor of shape (1, ...) under its parameter name, copied so that
+  /// later updates do not change it; meta_info["num_parameters"]. Rank 0 returns it, the other
+  /// ranks an empty DataProto (a sharded actor gathers on every rank, then rank 0 answers).
+  /// Needs the actor role. ONE_TO_ALL.
+  DataProto export_weights();
+  /// Loads weights from export_weights into this worker's policy and records
+  /// meta_info["weight_version"] (an integer >= 0); every later rollout carries that version in
+  /// min_weight_version / max_weight_version (B,). A missing or misshapen parameter is a
+  /// FormatError naming it. Needs the rollout role. ONE_TO_ALL.
+  void load_weights(DataProto weights);
+  /// The version of the last load_weights on each rank (-1: none yet). ONE_TO_ALL.
+  int64_t weight_version() const;
+  /// Partial rollout: continues a rollout batch (from generate_sequences, possibly already
+  /// continued) by meta_info["response_length"] more tokens with this worker's current weights.
+  /// Rows that ended (EOS, or a response_mask that stops early) are padded; the others keep
+  /// their tokens and rollout_log_probs and go on. min/max_weight_version span the versions
+  /// that produced each row. Needs the rollout role and rollout.calculate_log_probs.
+  /// DP_COMPUTE_PROTO.
+  DataProto continue_sequences(DataProto partial);
+
   /// parameter_digest() of the policy's weights on this rank (the ref model's for the ref role);
   /// for tests and sync checks. ONE_TO_ALL.
   std::string parameter_digest() const;
@@ -83,6 +105,10 @@ class ActorRolloutRefWorker : public Worker {
   std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
   std::optional<at::Generator> rollout_generator_;
   int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
+  std::optional<int64_t> weight_version_;  ///< set by load_weights (separate rollout group)
+  /// Adds min/max_weight_version = weight_version_ to a fresh rollout batch (when set).
+  void stamp_weight_version(DataProto& rollout) const;
+  models::GenerationOptions generation_options(const DataProto& prompts, const std::string& method);
 };
 
 }  // namespace hyflow::workers

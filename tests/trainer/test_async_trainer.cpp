@@ -1,0 +1,288 @@
+// The asynchronous trainer (trainer.v1.trainer_mode=separate_async) on the tiny model: a rollout
+// group of its own fed versioned weights, one-step-off and deeper pipelines, the drop and wait
+// strategies of max_off_policy_threshold, partial rollouts, dynamic sampling, and resuming
+// without losing or repeating prompts or steps.
+#include "ppo_test_fixture.hpp"
+
+#include <hyflow/algos/reward_score.hpp>
+#include <hyflow/core/error.hpp>
+#include <hyflow/trainer/async_rollout.hpp>
+#include <hyflow/trainer/ppo_trainer.hpp>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <future>
+
+using namespace hyflow;
+using namespace hyflow::trainer;
+using namespace ppo_test;
+namespace fs = std::filesystem;
+
+namespace {
+/// small_config with 2 trainer workers and 1 rollout worker of its own, warmup_batches ahead.
+Config async_config(const fs::path& out, int64_t warmup_batches, int64_t threshold, const std::string& strategy) {
+  Config c = small_config("grpo", out);
+  c.set("trainer.v1.trainer_mode", "separate_async");
+  c.set("trainer.v1.separate_async.num_warmup_batches", std::to_string(warmup_batches));
+  c.set("trainer.v1.sampler.max_off_policy_threshold", std::to_string(threshold));
+  c.set("trainer.v1.sampler.max_off_policy_strategy", strategy);
+  c.set("actor_rollout_ref.rollout.n_gpus_per_node", "1");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  return c;
+}
+
+std::vector<nlohmann::json> run(const Config& c) {
+  PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  return t.history();
+}
+
+std::vector<double> series(const std::vector<nlohmann::json>& history, const std::string& key) {
+  std::vector<double> out;
+  for (const auto& m : history) out.push_back(m.at(key).get<double>());
+  return out;
+}
+
+nlohmann::json data_state(const fs::path& dir, int64_t step) {
+  std::ifstream in(dir / ("global_step_" + std::to_string(step)) / "data.json");
+  return nlohmann::json::parse(in);
+}
+
+std::vector<int64_t> logged_steps(const fs::path& file) {
+  std::vector<int64_t> steps;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  return steps;
+}
+
+/// A reward whose value varies within a prompt's group: the parity of the response's length.
+const bool parity_reward_registered = [] {
+  algos::reward_score::register_compute_score(
+      "async_test_length_parity", [](const std::string&, const std::string& response, const nlohmann::json&,
+                                     const nlohmann::json&) {
+        return algos::reward_score::ScoreResult{static_cast<double>(response.size() % 2), {}};
+      });
+  return true;
+}();
+
+/// Metrics that depend only on which prompts a step trained on.
+void require_same_prompts(const nlohmann::json& a, const nlohmann::json& b) {
+  for (const char* key : {"prompt_length/mean", "prompt_length/max", "prompt_length/min", "training/epoch"}) {
+    CAPTURE(key);
+    CHECK(a.at(key).get<double>() == b.at(key).get<double>());
+  }
+}
+}  // namespace
+
+TEST_CASE("off-policy metrics: spans, staleness against the newest and the oldest version of each row") {
+  DataProto d(TensorDict{{"min_weight_version", torch::tensor({3, 1, 2}, torch::kLong)},
+                         {"max_weight_version", torch::tensor({3, 2, 2}, torch::kLong)}});
+  const auto m = off_policy_metrics(d, 4);
+  CHECK(m.at("training/off_policy/trajectory_spans/max") == 2.0);
+  CHECK(m.at("training/off_policy/trajectory_spans/min") == 1.0);
+  CHECK(m.at("training/off_policy/trajectory_staleness/max") == 2.0);  // 4 - 2
+  CHECK(m.at("training/off_policy/trajectory_staleness/min") == 1.0);
+  CHECK(m.at("training/off_policy/trajectory_staleness_worst/max") == 3.0);  // 4 - 1
+  CHECK(m.at("training/off_policy/trajectory_staleness_worst/mean").get<double>() == Approx(2.0));
+  CHECK_THROWS_AS(off_policy_metrics(DataProto(TensorDict{{"x", torch::zeros({2})}}), 1), KeyError);
+}
+
+TEST_CASE("serial executor: tasks run in submission order, a continuation queues behind what was submitted "
+          "meanwhile, the first error is kept") {
+  SerialExecutor ex;
+  std::vector<int> order;
+  std::promise<void> submitted, done;
+  ex.submit([&] {
+    order.push_back(1);
+    submitted.get_future().wait();  // task 2 is queued before this continuation
+    ex.submit([&] {
+      order.push_back(3);
+      done.set_value();
+    });
+  });
+  ex.submit([&] { order.push_back(2); });
+  submitted.set_value();
+  done.get_future().wait();
+  CHECK(order == std::vector<int>{1, 2, 3});
+  CHECK_FALSE(ex.failure());
+
+  std::promise<void> after;
+  ex.submit([] { throw ValueError("first"); });
+  ex.submit([] { throw ValueError("second"); });
+  ex.submit([&] { after.set_value(); });
+  after.get_future().wait();
+  REQUIRE(ex.failure());
+  CHECK_THROWS_WITH(std::rethrow_exception(ex.failure()), "first");
+}
+
+TEST_CASE("one-step-off (separate_async, 1 batch ahead): the rollout group trains 3 steps with staleness 0, 1, 1 "
+          "and every row records its weight version") {
+  TempDir out("async_one_step");
+  const auto h = run(async_config(out.path, 1, 8, "drop"));
+  REQUIRE(h.size() == 3);
+  CHECK(series(h, "training/off_policy/trajectory_staleness/max") == std::vector<double>{0, 1, 1});
+  CHECK(series(h, "training/off_policy/trajectory_staleness/min") == std::vector<double>{0, 1, 1});
+  CHECK(series(h, "training/off_policy/trajectory_spans/max") == std::vector<double>{1, 1, 1});
+  CHECK(series(h, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0});
+  for (const auto& m : h) {
+    CHECK(m.contains("timing_s/update_weights"));
+    CHECK(m.contains("actor/pg_loss"));
+    for (const auto& [k, v] : m.items())
+      if (v.is_number()) CHECK(std::isfinite(v.get<double>()));
+  }
+  SECTION("the run is deterministic: the weight version of every batch follows the controller's call order") {
+    TempDir again("async_one_step_again");
+    const auto h2 = run(async_config(again.path, 1, 8, "drop"));
+    for (const char* key : {"actor/pg_loss", "critic/score/mean", "response_length/mean", "actor/entropy"})
+      CHECK(series(h2, key) == series(h, key));
+  }
+}
+
+TEST_CASE("bounded staleness: 2 batches ahead trains on batches 0, 1, 2, 2 versions old") {
+  TempDir out("async_k2");
+  Config c = async_config(out.path, 2, 2, "drop");
+  c.set("trainer.total_training_steps", "4");
+  const auto h = run(c);
+  REQUIRE(h.size() == 4);
+  CHECK(series(h, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 2, 2});
+  CHECK(series(h, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0, 0});
+}
+
+TEST_CASE("max_off_policy_strategy drop discards batches older than the threshold; wait holds generation back "
+          "instead") {
+  TempDir a("async_drop"), b("async_wait");
+  Config drop = async_config(a.path, 3, 1, "drop");
+  drop.set("trainer.total_training_steps", "4");
+  const auto hd = run(drop);
+  REQUIRE(hd.size() == 4);
+  // step 3 finds the two batches generated with version 0 two versions behind: 2 x 4 prompts x 2 samples
+  CHECK(series(hd, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 16, 0});
+  for (double s : series(hd, "training/off_policy/trajectory_staleness_worst/max")) CHECK(s <= 1);
+
+  Config wait = async_config(b.path, 3, 1, "wait");
+  wait.set("trainer.total_training_steps", "4");
+  const auto hw = run(wait);
+  REQUIRE(hw.size() == 4);
+  CHECK(series(hw, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0, 0});
+  CHECK(series(hw, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 1, 1});
+}
+
+TEST_CASE("threshold 0 with wait: the separate rollout group trains on-policy (staleness 0 every step)") {
+  TempDir out("async_k0");
+  const auto h = run(async_config(out.path, 2, 0, "wait"));
+  CHECK(series(h, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 0, 0});
+}
+
+TEST_CASE("partial rollouts: responses generated in 2 segments reach the full length and span at most the "
+          "versions published meanwhile") {
+  TempDir out("async_partial");
+  Config c = async_config(out.path, 2, 8, "drop");
+  c.set("async_training.partial_rollout", "true");
+  c.set("async_training.partial_rollout_segments", "2");
+  c.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  c.set("trainer.total_training_steps", "4");
+  const auto h = run(c);
+  REQUIRE(h.size() == 4);
+  for (const auto& m : h) {
+    CHECK(m.at("training/off_policy/trajectory_spans/min").get<double>() >= 1);
+    CHECK(m.at("training/off_policy/trajectory_spans/max").get<double>() <= 3);
+    CHECK(m.at("training/off_policy/trajectory_staleness/min").get<double>() >= 0);
+    CHECK(m.at("response_length/max").get<double>() <= 4);
+    CHECK(std::isfinite(m.at("actor/pg_loss").get<double>()));
+  }
+}
+
+TEST_CASE("DAPO dynamic sampling in separate_async mode fills its batch from several generation batches") {
+  REQUIRE(parity_reward_registered);
+  TempDir out("async_dapo");
+  Config c = async_config(out.path, 1, 8, "drop");
+  c.set("custom_reward_function.name", "async_test_length_parity");
+  c.set("algorithm.filter_groups.enable", "true");
+  c.set("algorithm.filter_groups.metric", "seq_reward");
+  c.set("algorithm.filter_groups.max_num_gen_batches", "20");
+  c.set("trainer.total_training_steps", "2");
+  const auto h = run(c);
+  REQUIRE(h.size() == 2);
+  for (const auto& m : h) CHECK(m.at("train/num_gen_batches").get<int64_t>() >= 1);
+}
+
+TEST_CASE("separate_async resume: in-flight batches are not consumed, so no prompt is lost or repeated and no step "
+          "is counted twice") {
+  TempDir a("async_full"), b("async_resumed");
+  auto config = [](const fs::path& out, const char* steps) {
+    Config c = async_config(out, 2, 8, "drop");
+    c.set("trainer.total_training_steps", steps);
+    c.set("trainer.save_freq", "2");
+    return c;
+  };
+  const auto full = run(config(a.path, "4"));
+  REQUIRE(full.size() == 4);
+  run(config(b.path, "2"));
+  // two batches were generating ahead when step 2 saved: the data position is that of 2 batches
+  CHECK(data_state(b.path, 2).at("data_cursor") == 2);
+  // an interrupted run's later lines (step 3 logged, no checkpoint) are not kept twice
+  {
+    std::ofstream(b.path / "metrics.jsonl", std::ios::app) << R"({"step": 3})" << "\n";
+  }
+  const auto resumed = run(config(b.path, "4"));
+  REQUIRE(resumed.size() == 2);
+  CHECK(resumed[0].at("training/global_step") == 3);
+  require_same_prompts(resumed[0], full[2]);
+  require_same_prompts(resumed[1], full[3]);
+  CHECK(data_state(b.path, 4).at("data_cursor") == data_state(a.path, 4).at("data_cursor"));
+  CHECK(logged_steps(b.path / "metrics.jsonl") == std::vector<int64_t>{1, 2, 3, 4});
+}
+
+TEST_CASE("separate_async resume at an epoch boundary trains the next epoch") {
+  auto config = [](const fs::path& out, const char* epochs) {
+    Config c = async_config(out, 2, 8, "drop");
+    c.set("data.synthetic.train_size", "8");
+    c.set("trainer.total_training_steps", "null");
+    c.set("trainer.total_epochs", epochs);
+    c.set("trainer.save_freq", "2");
+    return c;
+  };
+  TempDir a("async_epoch_full"), b("async_epoch_resumed");
+  const auto full = run(config(a.path, "2"));
+  REQUIRE(full.size() == 4);
+  REQUIRE(run(config(b.path, "1")).size() == 2);
+  const auto resumed = run(config(b.path, "2"));
+  REQUIRE(resumed.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(resumed[i].at("training/global_step") == 3 + static_cast<int64_t>(i));
+    CHECK(resumed[i].at("training/epoch") == 1);
+    require_same_prompts(resumed[i], full[2 + i]);
+  }
+}
+
+TEST_CASE("config/grpo_arithmetic_async.ini reads: one-step-off on separate workers with rollout correction") {
+  Config c;
+  c.load_ini(HYFLOW_ASYNC_CONFIG);
+  CHECK(c.get_string("trainer.v1.trainer_mode") == "separate_async");
+  CHECK(c.get_int("trainer.v1.separate_async.num_warmup_batches") == 1);
+  CHECK(c.get_int("actor_rollout_ref.rollout.n_gpus_per_node") == 1);
+  CHECK(c.get_string("algorithm.rollout_correction.rollout_is") == "token");
+  CHECK(c.get_bool("actor_rollout_ref.rollout.calculate_log_probs"));
+}
+
+TEST_CASE("separate_async config errors name the key") {
+  TempDir out("async_errors");
+  Config mode = small_config("grpo", out.path);
+  mode.set("trainer.v1.trainer_mode", "colocate_async");
+  CHECK_THROWS_WITH(PPOTrainer(mode), Catch::Contains("trainer.v1.trainer_mode") && Catch::Contains("colocate_async"));
+  Config strategy = async_config(out.path, 1, 1, "evict");
+  CHECK_THROWS_WITH(PPOTrainer(strategy), Catch::Contains("max_off_policy_strategy"));
+  Config remax = async_config(out.path, 1, 1, "drop");
+  remax.set("algorithm.adv_estimator", "remax");
+  CHECK_THROWS_WITH(PPOTrainer(remax), Catch::Contains("remax"));
+  Config segments = async_config(out.path, 1, 1, "drop");
+  segments.set("async_training.partial_rollout", "true");
+  segments.set("async_training.partial_rollout_segments", "5");
+  CHECK_THROWS_WITH(PPOTrainer(segments), Catch::Contains("async_training.partial_rollout_segments"));
+}
