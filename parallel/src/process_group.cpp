@@ -16,7 +16,9 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace hyflow::parallel {
 
@@ -131,6 +133,44 @@ detail::NcclOp nccl_op(ReduceOp op) {
 }
 #endif
 
+/// A gloo collective in flight; `finish` runs once after it has completed.
+class GlooWork : public Work {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
+      : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)) {}
+  ~GlooWork() override {
+    if (done_) return;
+    try {  // the collective still uses its tensors: never leave it running behind their owner's back
+      work_->wait();
+    } catch (...) {
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    try {
+      work_->wait();
+    } catch (const c10::Error& e) {
+      throw Error(what_ + " failed: " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throw Error(what_ + " failed: " + e.what());
+    }
+    if (finish_) finish_();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
+  std::string what_;
+  bool done_ = false;
+};
+
+/// A collective that was complete (for the host) when it was issued: NCCL's stream-ordered ops.
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+};
+
 }  // namespace
 
 struct ProcessGroup::Impl {
@@ -199,7 +239,112 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
 #endif
 }
 
+ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {}
+
 ProcessGroup::~ProcessGroup() = default;
+
+const std::string& ProcessGroup::name() const {
+  return impl_->options.name;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks, const std::string& name) {
+  std::string listed;
+  for (int r : ranks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  bool valid = !ranks.empty() && std::is_sorted(ranks.begin(), ranks.end()) &&
+               std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() && ranks.front() >= 0 &&
+               ranks.back() < size() && me != ranks.end();
+  if (!valid) {
+    throw ValueError("new_subgroup '" + name + "': ranks [" + listed + "] must be sorted, unique, within world size " +
+                     std::to_string(size()) + " and include this rank " + std::to_string(rank()));
+  }
+  auto sub = std::shared_ptr<ProcessGroup>(new ProcessGroup());
+  auto& o = sub->impl_->options;
+  o = impl_->options;
+  o.rank = static_cast<int>(me - ranks.begin());
+  o.world_size = static_cast<int>(ranks.size());
+  o.name = impl_->options.name + "/" + name;
+  try {
+    sub->impl_->store = c10::make_intrusive<c10d::PrefixStore>(name, impl_->store);
+    sub->impl_->kv = std::make_unique<C10dStore>(sub->impl_->store);
+    if (o.backend == Backend::gloo) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(o.timeout);
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.master_addr));
+      sub->impl_->group =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(sub->impl_->store, o.rank, o.world_size, gloo_options);
+    }
+  } catch (const c10::Error& e) {
+    throw Error("sub-group '" + o.name + "' of ranks [" + listed + "] failed to form (" + where(o) +
+                "): " + e.what_without_backtrace());
+  }
+#if HYFLOW_WITH_NCCL
+  if (o.backend == Backend::nccl) {
+    sub->impl_->nccl =
+        std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size, o.device, o.timeout);
+  }
+#endif
+  return sub;
+}
+
+std::unique_ptr<Work> ProcessGroup::all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input) {
+  check_blocks("all_gather_into_tensor", output, input, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    all_gather_into_tensor(output, input);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  if (!output.is_contiguous())
+    throw ValueError("all_gather_into_tensor_async: output must be contiguous (group '" + name() + "')");
+  std::vector<at::Tensor> in{input.contiguous()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  const int64_t n = input.size(0);
+  for (int r = 0; r < size(); ++r) out[0].push_back(output.narrow(0, r * n, n));  // gloo copies into the views
+  auto work = impl_->group->allgather(out, in);
+  return std::make_unique<GlooWork>(std::move(work), nullptr, "all_gather_into_tensor on group '" + name() + "'");
+}
+
+std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  check_blocks("reduce_scatter", input, output, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    reduce_scatter(output, input, op);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  // gloo has no reduce_scatter: all-reduce a copy, keep this rank's block when it is done
+  auto all = input.contiguous().clone();
+  std::vector<at::Tensor> tensors{all};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  auto work = impl_->group->allreduce(tensors, opts);
+  at::Tensor out = output;
+  const int world = size(), me = rank();
+  auto finish = [all, out, op, world, me]() mutable {
+    auto mine = all.narrow(0, me * out.size(0), out.size(0));
+    if (op == ReduceOp::avg) mine.div_(world);
+    out.copy_(mine);
+  };
+  return std::make_unique<GlooWork>(std::move(work), std::move(finish), "reduce_scatter on group '" + name() + "'");
+}
+
+std::unique_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    all_reduce(tensor, op);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  auto work = impl_->group->allreduce(tensors, opts);
+  at::Tensor t = tensor;
+  const int world = size();
+  std::function<void()> finish;
+  if (op == ReduceOp::avg) finish = [t, world]() mutable { t.div_(world); };
+  return std::make_unique<GlooWork>(std::move(work), std::move(finish), "all_reduce on group '" + name() + "'");
+}
 
 int ProcessGroup::rank() const {
   return impl_->options.rank;
