@@ -31,7 +31,7 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& key) {
                    name + "'");
 }
 
-DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size) {
+DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size, const std::string& tag) {
   DeviceMesh mesh;
   if (!world || world->size() == 1) return mesh;
   const int n = world->size();
@@ -52,12 +52,12 @@ DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t 
   for (int k = 0; k < n / f; ++k) {
     std::vector<int> ranks;
     for (int i = 0; i < f; ++i) ranks.push_back(k * f + i);
-    if (me / f == k) mesh.shard = world->new_subgroup(ranks, "fsdp_shard_" + std::to_string(k));
+    if (me / f == k) mesh.shard = world->new_subgroup(ranks, tag + "_shard_" + std::to_string(k));
   }
   for (int i = 0; i < f; ++i) {
     std::vector<int> ranks;
     for (int k = 0; k < n / f; ++k) ranks.push_back(k * f + i);
-    if (me % f == i) mesh.replicate = world->new_subgroup(ranks, "fsdp_replicate_" + std::to_string(i));
+    if (me % f == i) mesh.replicate = world->new_subgroup(ranks, tag + "_replicate_" + std::to_string(i));
   }
   return mesh;
 }
@@ -476,6 +476,23 @@ void FsdpModule::for_each_full_parameter(const std::function<void(const std::str
     for (size_t i : m.units[static_cast<size_t>(ui)].params) use(m.params[i].name, m.params[i].full);
     m.free_unit(ui);
   }
+}
+
+void FsdpModule::unshard_all() {
+  auto& m = *impl_;
+  if (!m.sharded()) {
+    for (auto& u : m.units) m.materialize_replicated(u);
+    return;
+  }
+  m.start_gather(0);
+  for (int ui = 0; ui <= m.root(); ++ui) {
+    m.finish_gather(ui);
+    if (ui < m.root()) m.start_gather(ui + 1);
+  }
+}
+
+void FsdpModule::reshard_all() {
+  impl_->settle();
 }
 
 std::vector<at::Tensor> FsdpModule::local_shards() const {

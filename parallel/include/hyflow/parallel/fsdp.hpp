@@ -55,8 +55,10 @@ struct DeviceMesh {
 /// size shards over all ranks; 1 replicates (NO_SHARD); otherwise shard groups of fsdp_size
 /// consecutive ranks, replicated across them (HYBRID_SHARD; the world size must be a multiple,
 /// else ValueError naming both). Sub-groups are created over `world`'s store (a rendezvous:
-/// every rank calls it).
-DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size);
+/// every rank calls it) under keys prefixed with `tag`, which must differ between the meshes
+/// built on one group (e.g. the role: "actor", "ref", "critic").
+DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size,
+                            const std::string& tag = "fsdp");
 
 /// The strategy a mesh and reshard_after_forward give (verl derives it the same way).
 ShardingStrategy strategy_of(const DeviceMesh& mesh, bool reshard_after_forward);
@@ -121,6 +123,11 @@ class FsdpModule {
   /// each parameter in model order, freeing each unit after it: the rollout handoff and the
   /// full-weight export; never more than two units are gathered at once.
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& use);
+
+  /// Gathers every unit into the model (one all-gather per unit, the next in flight): the
+  /// colocated rollout and full-state checkpoints need the whole model. reshard_all() frees it.
+  void unshard_all();
+  void reshard_all();
 
   /// The float32 master shards (the optimizer's parameters), their reduced gradients in grad().
   std::vector<at::Tensor> local_shards() const;

@@ -17,7 +17,8 @@
 #include <string>
 
 namespace hyflow::parallel {
-class DataParallelOptimizer;
+class FsdpModule;
+class Optimizer;
 class ProcessGroup;
 }  // namespace hyflow::parallel
 
@@ -48,7 +49,7 @@ class ActorRolloutRefWorker : public Worker {
   DataProto compute_ref_log_prob(DataProto data);
 
   /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient
-  /// accumulation, gradients averaged over the group, clipping with the non-finite skip,
+  /// accumulation, gradients averaged over the group (reduce-scattered into shards under FSDP), clipping with the non-finite skip,
   /// one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
   DataProto update_actor(DataProto data);
 
@@ -71,8 +72,8 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   void require_initialized(const char* method) const;
-  DataProto log_probs_of(models::CausalLM& model, const DataProto& data, const ForwardBatching& batching,
-                         bool with_entropy, const char* method);
+  DataProto log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp, const DataProto& data,
+                         const ForwardBatching& batching, bool with_entropy, const char* method);
 
   ActorRolloutRefConfig config_;
   Role role_;
@@ -80,7 +81,9 @@ class ActorRolloutRefWorker : public Worker {
   std::shared_ptr<parallel::ProcessGroup> group_;
   models::CausalLM policy_{nullptr};
   models::CausalLM ref_{nullptr};
-  std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
+  std::shared_ptr<parallel::FsdpModule> policy_fsdp_;  ///< null: replicated (one rank, NO_SHARD in fp32)
+  std::shared_ptr<parallel::FsdpModule> ref_fsdp_;
+  std::unique_ptr<parallel::Optimizer> optimizer_;
   std::optional<at::Generator> rollout_generator_;
   int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
 };
