@@ -416,6 +416,12 @@ const std::string& FsdpModule::unit_name(int unit) const {
   return impl_->units.at(static_cast<size_t>(unit)).name;
 }
 
+int FsdpModule::find_unit(const std::string& name) const {
+  for (size_t i = 0; i < impl_->units.size(); ++i)
+    if (impl_->units[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
 void FsdpModule::begin_forward() {
   auto& m = *impl_;
   for (auto& u : m.units) u.backward_pending = false;  // a forward whose backward never ran

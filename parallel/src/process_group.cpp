@@ -296,10 +296,13 @@ std::unique_ptr<Work> ProcessGroup::all_gather_into_tensor_async(at::Tensor& out
 #endif
   if (!output.is_contiguous())
     throw ValueError("all_gather_into_tensor_async: output must be contiguous (group '" + name() + "')");
-  std::vector<at::Tensor> in{input.contiguous()};
+  // gloo has no bfloat16: a gather only copies bits, so it moves them as (2-byte) half
+  const bool bf16 = input.scalar_type() == at::kBFloat16;
+  std::vector<at::Tensor> in{bf16 ? input.contiguous().view(at::kHalf) : input.contiguous()};
+  auto target = bf16 ? output.view(at::kHalf) : output;
   std::vector<std::vector<at::Tensor>> out(1);
   const int64_t n = input.size(0);
-  for (int r = 0; r < size(); ++r) out[0].push_back(output.narrow(0, r * n, n));  // gloo copies into the views
+  for (int r = 0; r < size(); ++r) out[0].push_back(target.narrow(0, r * n, n));  // gloo copies into the views
   auto work = impl_->group->allgather(out, in);
   return std::make_unique<GlooWork>(std::move(work), nullptr, "all_gather_into_tensor on group '" + name() + "'");
 }
@@ -313,7 +316,8 @@ std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, con
   }
 #endif
   // gloo has no reduce_scatter: all-reduce a copy, keep this rank's block when it is done
-  auto all = input.contiguous().clone();
+  // (bfloat16, which gloo cannot reduce, in float32)
+  auto all = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.contiguous().clone();
   std::vector<at::Tensor> tensors{all};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
@@ -335,14 +339,20 @@ std::unique_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceO
     return std::make_unique<CompletedWork>();
   }
 #endif
-  std::vector<at::Tensor> tensors{tensor};
+  const bool bf16 = tensor.scalar_type() == at::kBFloat16;  // gloo cannot reduce it: float32 on the wire
+  at::Tensor t = tensor, wire = bf16 ? tensor.to(at::kFloat) : tensor;
+  std::vector<at::Tensor> tensors{wire};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   auto work = impl_->group->allreduce(tensors, opts);
-  at::Tensor t = tensor;
   const int world = size();
   std::function<void()> finish;
-  if (op == ReduceOp::avg) finish = [t, world]() mutable { t.div_(world); };
+  if (op == ReduceOp::avg || bf16) {
+    finish = [t, wire, world, op, bf16]() mutable {
+      if (op == ReduceOp::avg) wire.div_(world);
+      if (bf16) t.copy_(wire);
+    };
+  }
   return std::make_unique<GlooWork>(std::move(work), std::move(finish), "all_reduce on group '" + name() + "'");
 }
 

@@ -28,6 +28,7 @@ std::shared_ptr<parallel::FsdpModule> shard_model(torch::nn::Module& model,
 at::Tensor sharded_hidden_states(models::TransformerImpl& transformer, const models::ModelConfig& config,
                                  parallel::FsdpModule& fsdp, const at::Tensor& input_ids,
                                  const at::Tensor& attention_mask, const at::Tensor& position_ids) {
+  static const std::string layer_prefix = "model.layers.";  // the units of a CausalLM and a ValueModel
   // The steps of TransformerImpl::forward for a pass without cache (past = 0).
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   auto mask = attention_mask.defined() ? attention_mask.to(at::kBool)
@@ -45,8 +46,12 @@ at::Tensor sharded_hidden_states(models::TransformerImpl& transformer, const mod
   const models::RotaryEmbedding rotary(config.resolved_head_dim(), config.rope_theta, config.rope_scaling);
   auto [cos, sin] = rotary.cos_sin(positions, h.scalar_type());
   for (int64_t i = 0; i < static_cast<int64_t>(transformer.layers->size()); ++i) {
-    const int unit = static_cast<int>(i);
     auto* layer = transformer.layers[static_cast<size_t>(i)]->as<models::DecoderLayerImpl>();
+    const int unit = fsdp.find_unit(layer_prefix + std::to_string(i));
+    if (unit < 0) {  // below wrap_policy.min_num_params: part of the root unit
+      h = layer->forward(h, cos, sin, blocked, nullptr, i);
+      continue;
+    }
     h = fsdp.enter_unit(unit, h);
     h = layer->forward(h, cos, sin, blocked, nullptr, i);
     h = fsdp.exit_unit(unit, h);

@@ -101,6 +101,9 @@ class FsdpModule {
   /// The index of the root unit (the last one).
   int root_unit() const;
   const std::string& unit_name(int unit) const;
+  /// The index of the unit named `name` ("model.layers.3"), -1 when there is none (a layer
+  /// below wrap_policy.min_num_params lives in the root unit).
+  int find_unit(const std::string& name) const;
 
   /// Before a forward pass: gathers the root unit and starts the all-gather of unit 0.
   void begin_forward();
