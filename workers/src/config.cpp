@@ -30,11 +30,11 @@ void check_positive(const std::optional<int64_t>& v, const std::string& path) {
   if (v) check_positive(*v, path);
 }
 
-void read_fsdp(Section& owner, Section s, FsdpSection& f);
+void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table);
 
 void read_model(Section s, ModelSection& out, const char* path_help, Section* owner = nullptr,
                 FsdpSection* fsdp = nullptr) {
-  if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp);
+  if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp, false);
   s.read("path", out.path, {.help = path_help});
   s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing, {.help = "recompute activations"});
   s.ignore({"use_remove_padding",
@@ -81,9 +81,12 @@ void read_dtype(Section& s, const char* key, std::string& out, const char* help)
   if (!s.describing()) parallel::parse_dtype(out, s.key_path(key));
 }
 
-// `owner` holds `strategy`; `s` is its fsdp_config.
-void read_fsdp(Section& owner, Section s, FsdpSection& f) {
-  owner.read("strategy", f.strategy, {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)"});
+// `owner` holds `strategy`; `s` is its fsdp_config. The trainer's own table declares
+// actor_rollout_ref.actor.strategy (`strategy_in_trainer_table`), so it is not declared twice.
+void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table) {
+  owner.read(
+      "strategy", f.strategy,
+      {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)", .set_by_trainer = strategy_in_trainer_table});
   if (!owner.describing())
     require(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
   s.read("fsdp_size", f.fsdp_size, {.help = "ranks per shard group (-1: all; 1: replicate; k: HYBRID_SHARD)"});
@@ -221,7 +224,7 @@ void read_actor(Section s, ActorSection& a) {
     }
   }
   read_optim(s.sub("optim"), a.optim);
-  read_fsdp(s, s.sub("fsdp_config"), a.fsdp);
+  read_fsdp(s, s.sub("fsdp_config"), a.fsdp, /*strategy_in_trainer_table=*/true);
   check_sp(s);
   s.ignore({"shuffle",
             "data_loader_seed",
@@ -396,7 +399,7 @@ void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
     c.ref.max_token_len_per_gpu = c.actor.ppo_max_token_len_per_gpu;
     read_forward(r, c.ref, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
                  "log_prob_max_token_len_per_gpu", "the actor's");
-    read_fsdp(r, r.sub("fsdp_config"), c.ref_fsdp);
+    read_fsdp(r, r.sub("fsdp_config"), c.ref_fsdp, false);
     check_sp(r);
     r.ignore({"log_prob_micro_batch_size", "use_torch_compile", "profiler", "entropy_checkpointing",
               "entropy_from_logits_with_chunking", "_target_", "model", "megatron", "load_weight", "router_replay",

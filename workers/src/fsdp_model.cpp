@@ -10,6 +10,14 @@ std::shared_ptr<parallel::FsdpModule> shard_model(torch::nn::Module& model,
                                                   const std::shared_ptr<parallel::ProcessGroup>& group,
                                                   const FsdpSection& config, const std::string& tag,
                                                   const std::string& path) {
+  // Offload moves shards to host memory between phases; on a CPU worker they are there
+  // already (a no-op, docs/parallel.md). On a GPU it is not built yet: refused, not ignored.
+  const auto tensors = model.parameters();
+  const bool on_gpu = !tensors.empty() && !tensors.front().device().is_cpu();
+  if (on_gpu && (config.param_offload || config.optimizer_offload))
+    throw ValueError("config key '" + path + (config.param_offload ? ".param_offload" : ".optimizer_offload") +
+                     "': offloading shards of a model on " + tensors.front().device().str() +
+                     " is not implemented yet (on CPU workers the shards are in host memory already)");
   if (!group) return nullptr;
   auto mesh = parallel::make_device_mesh(group, config.fsdp_size, tag);
   const parallel::MixedPrecision precision{
