@@ -48,9 +48,9 @@ class ActorRolloutRefWorker : public Worker {
   /// {"ref_log_prob"} (B, R) of the reference policy. DP_COMPUTE_PROTO.
   DataProto compute_ref_log_prob(DataProto data);
 
-  /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient
-  /// accumulation, gradients averaged over the group (reduce-scattered into shards under FSDP),
-  /// clipping with the non-finite skip, one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
+  /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient accumulation,
+  /// gradients averaged over the group (reduce-scattered into shards under FSDP), clipping with the
+  /// non-finite skip, one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
   DataProto update_actor(DataProto data);
 
   /// Model (rank 0, Hugging Face format, with the tokenizer files of model.path), optimizer
