@@ -18,8 +18,10 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -136,15 +138,81 @@ detail::NcclOp nccl_op(ReduceOp op) {
 }
 #endif
 
-}  // namespace
-
-/// Whether (and why) a group was aborted; shared with the completion callbacks of gloo work
-/// that may outlive the group.
+/// Whether (and why) a group was aborted; shared by a group, its sub-groups and the completion
+/// callbacks of gloo work, which may outlive them.
 struct AbortState {
   std::mutex mutex;
   std::condition_variable changed;
   std::optional<std::string> reason;
+  std::atomic<bool> abandoned{false};  // a gloo work was given up while it still ran
 };
+
+/// Waits for a gloo work until it completes, or until the group is aborted (a peer is gone),
+/// which throws CollectiveAbortedError naming `what`.
+void wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, const std::shared_ptr<AbortState>& state,
+                    const std::string& what) {
+  auto future = work->getFuture();
+  future->addCallback([state](c10::ivalue::Future&) {
+    { std::lock_guard lock(state->mutex); }
+    state->changed.notify_all();
+  });
+  {
+    std::unique_lock lock(state->mutex);
+    state->changed.wait(lock, [&] { return future->completed() || state->reason.has_value(); });
+    if (!future->completed()) {
+      state->abandoned = true;
+      throw CollectiveAbortedError(what + " was aborted: " + *state->reason);
+    }
+  }
+  work->wait();
+}
+
+/// A gloo collective in flight; `finish` runs once after it has completed.
+class GlooWork : public Work {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what,
+           std::shared_ptr<AbortState> abort_state)
+      : work_(std::move(work)),
+        finish_(std::move(finish)),
+        what_(std::move(what)),
+        abort_state_(std::move(abort_state)) {}
+  ~GlooWork() override {
+    if (done_) return;
+    try {  // the collective still uses its tensors: never leave it running behind their owner's back
+      wait_abortable(work_, abort_state_, what_);
+    } catch (...) {
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    try {
+      wait_abortable(work_, abort_state_, what_);
+    } catch (const CollectiveAbortedError&) {
+      throw;
+    } catch (const c10::Error& e) {
+      throw Error(what_ + " failed: " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throw Error(what_ + " failed: " + e.what());
+    }
+    if (finish_) finish_();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
+  std::string what_;
+  std::shared_ptr<AbortState> abort_state_;
+  bool done_ = false;
+};
+
+/// A collective that was complete (for the host) when it was issued: NCCL's stream-ordered ops.
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
 
 struct ProcessGroup::Impl {
   ProcessGroupOptions options;
@@ -153,7 +221,6 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;  // gloo
   std::shared_ptr<AbortState> abort_state = std::make_shared<AbortState>();
   std::unique_ptr<PeerLiveness> liveness;
-  bool abandoned = false;  // a gloo work was given up while it still ran
 
   std::string describe(const char* op) const {
     return std::string("gloo ") + op + " of group '" + options.name + "' (" + where(options) + ")";
@@ -174,29 +241,14 @@ struct ProcessGroup::Impl {
     }
   }
 
-  // Waits for a gloo work until it completes or the group is aborted (a peer is gone).
-  void wait(const auto& work, const char* op) {
-    auto future = work->getFuture();
-    auto state = abort_state;
-    future->addCallback([state](c10::ivalue::Future&) {
-      { std::lock_guard lock(state->mutex); }
-      state->changed.notify_all();
-    });
-    {
-      std::unique_lock lock(state->mutex);
-      state->changed.wait(lock, [&] { return future->completed() || state->reason.has_value(); });
-      if (!future->completed()) {
-        abandoned = true;
-        throw CollectiveAbortedError(describe(op) + " was aborted: " + *state->reason);
-      }
-    }
-    work->wait();
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op) {
+    wait_abortable(work, abort_state, describe(op));
   }
 
   void start_liveness() {
     if (options.peer_timeout.count() <= 0 || options.world_size < 2) return;
-    const auto interval = std::clamp(options.peer_timeout / 10, std::chrono::milliseconds(10),
-                                     std::chrono::milliseconds(500));
+    const auto interval =
+        std::clamp(options.peer_timeout / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
     c10d::TCPStoreOptions client;
     client.port = static_cast<std::uint16_t>(options.master_port);
     client.isServer = false;
@@ -277,10 +329,12 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
 #endif
 }
 
+ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {}
+
 ProcessGroup::~ProcessGroup() {
   if (!impl_) return;
   impl_->liveness.reset();  // stops the beating thread, which may call abort()
-  if (impl_->abandoned && impl_->group) {
+  if (impl_->abort_state->abandoned && impl_->group) {
     // gloo joins its worker threads on destruction, and one of them is still inside the
     // abandoned collective until gloo's own timeout: let that happen off this thread.
     std::thread([group = std::move(impl_->group), store = std::move(impl_->store)]() mutable {
@@ -297,6 +351,127 @@ void ProcessGroup::abort(const std::string& reason) {
 std::optional<std::string> ProcessGroup::aborted() const {
   std::lock_guard lock(impl_->abort_state->mutex);
   return impl_->abort_state->reason;
+}
+
+const std::string& ProcessGroup::name() const {
+  return impl_->options.name;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks, const std::string& name) {
+  std::string listed;
+  for (int r : ranks) listed += (listed.empty() ? "" : ", ") + std::to_string(r);
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  bool valid = !ranks.empty() && std::is_sorted(ranks.begin(), ranks.end()) &&
+               std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() && ranks.front() >= 0 &&
+               ranks.back() < size() && me != ranks.end();
+  if (!valid) {
+    throw ValueError("new_subgroup '" + name + "': ranks [" + listed + "] must be sorted, unique, within world size " +
+                     std::to_string(size()) + " and include this rank " + std::to_string(rank()));
+  }
+  auto sub = std::shared_ptr<ProcessGroup>(new ProcessGroup());
+  auto& o = sub->impl_->options;
+  o = impl_->options;
+  o.rank = static_cast<int>(me - ranks.begin());
+  o.world_size = static_cast<int>(ranks.size());
+  o.name = impl_->options.name + "/" + name;
+  // The parent's liveness check covers every rank of the sub-group: aborting one aborts both.
+  sub->impl_->abort_state = impl_->abort_state;
+  try {
+    sub->impl_->store = c10::make_intrusive<c10d::PrefixStore>(name, impl_->store);
+    sub->impl_->kv = std::make_unique<C10dStore>(sub->impl_->store);
+    if (o.backend == Backend::gloo) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(o.timeout);
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.master_addr));
+      sub->impl_->group =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(sub->impl_->store, o.rank, o.world_size, gloo_options);
+    }
+  } catch (const c10::Error& e) {
+    throw Error("sub-group '" + o.name + "' of ranks [" + listed + "] failed to form (" + where(o) +
+                "): " + e.what_without_backtrace());
+  }
+#if HYFLOW_WITH_NCCL
+  if (o.backend == Backend::nccl) {
+    sub->impl_->nccl =
+        std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size, o.device, o.timeout);
+  }
+#endif
+  return sub;
+}
+
+std::unique_ptr<Work> ProcessGroup::all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input) {
+  check_blocks("all_gather_into_tensor", output, input, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    all_gather_into_tensor(output, input);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  if (!output.is_contiguous())
+    throw ValueError("all_gather_into_tensor_async: output must be contiguous (group '" + name() + "')");
+  // gloo has no bfloat16: a gather only copies bits, so it moves them as (2-byte) half
+  const bool bf16 = input.scalar_type() == at::kBFloat16;
+  std::vector<at::Tensor> in{bf16 ? input.contiguous().view(at::kHalf) : input.contiguous()};
+  auto target = bf16 ? output.view(at::kHalf) : output;
+  std::vector<std::vector<at::Tensor>> out(1);
+  const int64_t n = input.size(0);
+  for (int r = 0; r < size(); ++r) out[0].push_back(target.narrow(0, r * n, n));  // gloo copies into the views
+  impl_->throw_if_aborted("all_gather_into_tensor");
+  auto work = impl_->group->allgather(out, in);
+  return std::make_unique<GlooWork>(std::move(work), nullptr, impl_->describe("all_gather_into_tensor"),
+                                    impl_->abort_state);
+}
+
+std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  check_blocks("reduce_scatter", input, output, size());
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    reduce_scatter(output, input, op);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  // gloo has no reduce_scatter: all-reduce a copy, keep this rank's block when it is done
+  // (bfloat16, which gloo cannot reduce, in float32)
+  auto all = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.contiguous().clone();
+  std::vector<at::Tensor> tensors{all};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  impl_->throw_if_aborted("reduce_scatter");
+  auto work = impl_->group->allreduce(tensors, opts);
+  at::Tensor out = output;
+  const int world = size(), me = rank();
+  auto finish = [all, out, op, world, me]() mutable {
+    auto mine = all.narrow(0, me * out.size(0), out.size(0));
+    if (op == ReduceOp::avg) mine.div_(world);
+    out.copy_(mine);
+  };
+  return std::make_unique<GlooWork>(std::move(work), std::move(finish), impl_->describe("reduce_scatter"),
+                                    impl_->abort_state);
+}
+
+std::unique_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+#if HYFLOW_WITH_NCCL
+  if (impl_->nccl) {
+    all_reduce(tensor, op);
+    return std::make_unique<CompletedWork>();
+  }
+#endif
+  const bool bf16 = tensor.scalar_type() == at::kBFloat16;  // gloo cannot reduce it: float32 on the wire
+  at::Tensor t = tensor, wire = bf16 ? tensor.to(at::kFloat) : tensor;
+  std::vector<at::Tensor> tensors{wire};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  impl_->throw_if_aborted("all_reduce");
+  auto work = impl_->group->allreduce(tensors, opts);
+  const int world = size();
+  std::function<void()> finish;
+  if (op == ReduceOp::avg || bf16) {
+    finish = [t, wire, world, op, bf16]() mutable {
+      if (op == ReduceOp::avg) wire.div_(world);
+      if (bf16) t.copy_(wire);
+    };
+  }
+  return std::make_unique<GlooWork>(std::move(work), std::move(finish), impl_->describe("all_reduce"),
+                                    impl_->abort_state);
 }
 
 int ProcessGroup::rank() const {

@@ -67,6 +67,55 @@ TEST_CASE("critic config: verl's critic lr default 1e-5 and forward micro-batch 
   CHECK(c.ppo_max_token_len_per_gpu == 32768);
 }
 
+TEST_CASE("strategy and fsdp_config are read for actor, ref and critic (critic.model.fsdp_config) with verl's names") {
+  auto d = parse_actor_rollout_ref_config(Json{{"model", {{"path", "/m"}}}});
+  CHECK(d.actor.fsdp.strategy == "fsdp");
+  CHECK(d.actor.fsdp.fsdp_size == -1);
+  CHECK(d.actor.fsdp.reshard_after_forward);
+  CHECK(d.actor.fsdp.param_dtype == "fp32");
+  auto cfg = actor_rollout_ref_config();
+  cfg["actor"]["strategy"] = "fsdp2";
+  cfg["actor"]["fsdp_config"] = {{"fsdp_size", 2},
+                                 {"param_offload", true},
+                                 {"optimizer_offload", true},
+                                 {"reshard_after_forward", false},
+                                 {"forward_prefetch", false},
+                                 {"wrap_policy", {{"min_num_params", 1000}}},
+                                 {"mixed_precision", {{"param_dtype", "bf16"}, {"reduce_dtype", "float32"}}}};
+  cfg["ref"]["fsdp_config"] = {{"fsdp_size", 1}};
+  auto c = parse_actor_rollout_ref_config(cfg);
+  CHECK(c.actor.fsdp.strategy == "fsdp2");
+  CHECK(c.actor.fsdp.fsdp_size == 2);
+  CHECK(c.actor.fsdp.param_offload);
+  CHECK(c.actor.fsdp.optimizer_offload);
+  CHECK_FALSE(c.actor.fsdp.reshard_after_forward);
+  CHECK(c.actor.fsdp.min_num_params == 1000);
+  CHECK(c.actor.fsdp.param_dtype == "bf16");
+  CHECK(c.actor.fsdp.reduce_dtype == "float32");
+  CHECK(c.ref_fsdp.fsdp_size == 1);
+  auto critic = critic_config();
+  critic["strategy"] = "fsdp";
+  critic["model"]["fsdp_config"] = {{"fsdp_size", 4}, {"param_offload", true}};
+  auto cc = parse_critic_config(critic);
+  CHECK(cc.fsdp.fsdp_size == 4);
+  CHECK(cc.fsdp.param_offload);
+
+  auto bad = [&](const char* key, Json value) {
+    auto b = actor_rollout_ref_config();
+    b["actor"]["fsdp_config"][key] = std::move(value);
+    return error_of([&] { parse_actor_rollout_ref_config(b); });
+  };
+  CHECK_THAT(bad("fsdp_size", 0), Catch::Contains("actor_rollout_ref.actor.fsdp_config.fsdp_size"));
+  CHECK_THAT(
+      bad("mixed_precision", Json{{"param_dtype", "fp8"}}),
+      Catch::Contains("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype") && Catch::Contains("fp8"));
+  CHECK_THAT(bad("sharding", 1), Catch::Contains("actor_rollout_ref.actor.fsdp_config.sharding"));
+  auto megatron = actor_rollout_ref_config();
+  megatron["actor"]["strategy"] = "megatron";
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(megatron); }),
+             Catch::Contains("actor_rollout_ref.actor.strategy") && Catch::Contains("megatron"));
+}
+
 TEST_CASE("unknown config keys are errors naming the full key path") {
   auto cfg = actor_rollout_ref_config();
   cfg["actor"]["ppo_epoch"] = 2;  // typo of ppo_epochs
@@ -80,7 +129,9 @@ TEST_CASE("unknown config keys are errors naming the full key path") {
   auto critic = critic_config();
   critic["vf_coef"] = 1.0;
   CHECK_THAT(error_of([&] { parse_critic_config(critic); }), Catch::Contains("critic.vf_coef"));
-  CHECK_THAT(error_of([] { parse_reward_model_config(Json{{"model", {{"path", "/m"}}}, {"bogus", 1}}); }),
+  CHECK_THAT(error_of([] {
+               parse_reward_model_config(Json{{"model", {{"path", "/m"}}}, {"bogus", 1}});
+             }),
              Catch::Contains("reward_model.bogus"));
 }
 
@@ -111,7 +162,9 @@ TEST_CASE("bad config values are ValueErrors naming the key and the value") {
 
 TEST_CASE("worker init args: unknown role, missing role and stray args are refused") {
   const auto cfg = actor_rollout_ref_config();
-  CHECK_THAT(error_of([&] { ActorRolloutRefWorker(Json{{"config", cfg}, {"role", "critic"}}); }),
+  CHECK_THAT(error_of([&] {
+               ActorRolloutRefWorker(Json{{"config", cfg}, {"role", "critic"}});
+             }),
              Catch::Contains("unknown ActorRolloutRefWorker role 'critic'"));
   CHECK_THROWS_AS(ActorRolloutRefWorker(Json{{"config", cfg}}), KeyError);
   CHECK_THROWS_AS(ActorRolloutRefWorker(Json{{"config", cfg}, {"role", "actor"}, {"extra", 1}}), KeyError);

@@ -1,5 +1,6 @@
 #include <hyflow/workers/actor_rollout_ref_worker.hpp>
 
+#include "fsdp_model.hpp"
 #include "ppo_update.hpp"
 #include "worker_common.hpp"
 
@@ -8,6 +9,7 @@
 #include <hyflow/models/response_scores.hpp>
 #include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
+#include <hyflow/parallel/sharded_optimizer.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -63,9 +65,17 @@ void ActorRolloutRefWorker::init_model() {
   if (policy_) parallel::broadcast_parameters(policy_->parameters(), group_.get());
   if (ref_) parallel::broadcast_parameters(ref_->parameters(), group_.get());
   if (has_actor(role_)) {
-    optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
-                                                         "actor_rollout_ref.actor.optim");
+    policy_fsdp_ =
+        detail::shard_model(*policy_, group_, config_.actor.fsdp, "actor", "actor_rollout_ref.actor.fsdp_config");
+    if (policy_fsdp_)
+      optimizer_ = std::make_unique<parallel::ShardedOptimizer>(policy_fsdp_, config_.actor.optim,
+                                                                "actor_rollout_ref.actor.optim");
+    else
+      optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
+                                                                     "actor_rollout_ref.actor.optim");
   }
+  if (ref_)
+    ref_fsdp_ = detail::shard_model(*ref_, group_, config_.ref_fsdp, "ref", "actor_rollout_ref.ref.fsdp_config");
   if (has_rollout(role_))
     rollout_generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(config_.rollout.seed + rank()));
 }
@@ -115,23 +125,28 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   const models::GenerationOptions options = generation_options(prompts, method);
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
                     prompts.non_tensor_batch, prompts.meta_info);
+  // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
+  if (policy_fsdp_) policy_fsdp_->unshard_all();
   DataProto out = models::generate(policy_, input, options);
+  if (policy_fsdp_) policy_fsdp_->reshard_all();
   if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
   stamp_weight_version(out);
   return out;
 }
 
-DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, const DataProto& data,
-                                              const ForwardBatching& batching, bool with_entropy, const char* method) {
+DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp,
+                                              const DataProto& data, const ForwardBatching& batching, bool with_entropy,
+                                              const char* method) {
   require_keys(data, {"input_ids", "attention_mask", "responses"}, method);
   const double temperature = detail::meta_double(data, "temperature", config_.rollout.temperature, method);
   torch::NoGradGuard no_grad;
   model->eval();
-  auto micro = make_micro_batches(detail::on_device(data, kScoreKeys, device_), batching, method);
+  auto micro =
+      make_micro_batches(detail::on_device(data, kScoreKeys, device_), batching, method, fsdp ? group_.get() : nullptr);
   std::vector<at::Tensor> log_probs, entropy;
   for (const auto& mb : micro.batches) {
-    auto scores = models::compute_response_scores(
-        model, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
+    auto scores = detail::response_scores(
+        model, fsdp, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
     log_probs.push_back(scores.log_probs.cpu());
     if (with_entropy) entropy.push_back(scores.entropy.cpu());
   }
@@ -146,7 +161,8 @@ DataProto ActorRolloutRefWorker::compute_log_prob(DataProto data) {
   if (!has_actor(role_))
     throw ValueError(std::string("compute_log_prob needs the actor role; this worker is ") + to_string(role_));
   require_initialized("compute_log_prob");
-  DataProto out = log_probs_of(policy_, data, config_.rollout.log_prob, /*with_entropy=*/true, "compute_log_prob");
+  DataProto out = log_probs_of(policy_, policy_fsdp_.get(), data, config_.rollout.log_prob, /*with_entropy=*/true,
+                               "compute_log_prob");
   out.rename({"log_probs", "entropy"}, {"old_log_probs", "entropys"});
   return out;
 }
@@ -155,7 +171,8 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
   if (!has_ref(role_))
     throw ValueError(std::string("compute_ref_log_prob needs the ref role; this worker is ") + to_string(role_));
   require_initialized("compute_ref_log_prob");
-  DataProto out = log_probs_of(ref_, data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
+  DataProto out =
+      log_probs_of(ref_, ref_fsdp_.get(), data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
   out.rename({"log_probs"}, {"ref_log_prob"});
   return out;
 }
@@ -168,8 +185,10 @@ void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step
       models::save_pretrained(*policy_, policy_->config(), d);
       detail::copy_tokenizer_files(config_.model.path, d);
     };
+  if (policy_fsdp_) policy_fsdp_->unshard_all();  // rank 0 writes the full model
   detail::save_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), global_step, save_model,
                            optimizer_.get(), rollout_generator_ ? &*rollout_generator_ : nullptr, group_.get());
+  if (policy_fsdp_) policy_fsdp_->reshard_all();
 }
 
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
@@ -179,7 +198,10 @@ void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
     load_model = [&](const fs::path& d) {
       auto tensors = models::load_checkpoint_tensors(d);
       torch::NoGradGuard no_grad;
-      models::load_parameters(*policy_, tensors, d.string());
+      if (policy_fsdp_)
+        policy_fsdp_->load_full_parameters(detail::named_parameters(tensors), d.string());
+      else
+        models::load_parameters(*policy_, tensors, d.string());
     };
   detail::load_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), load_model, optimizer_.get(),
                            rollout_generator_ ? &*rollout_generator_ : nullptr);
@@ -187,7 +209,8 @@ void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
 
 std::string ActorRolloutRefWorker::parameter_digest() const {
   require_initialized("parameter_digest");
-  return parallel::parameter_digest(policy_ ? policy_->parameters() : ref_->parameters());
+  if (policy_) return detail::sharded_parameter_digest(*policy_, policy_fsdp_.get());
+  return detail::sharded_parameter_digest(*ref_, ref_fsdp_.get());
 }
 
 void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t) {

@@ -2,16 +2,16 @@
 // loop (ppo_update.hpp).
 #include <hyflow/workers/actor_rollout_ref_worker.hpp>
 
+#include "fsdp_model.hpp"
 #include "ppo_update.hpp"
 #include "worker_common.hpp"
 
-#include <hyflow/models/response_scores.hpp>
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/models/response_scores.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <torch/torch.h>
-
 
 namespace hyflow::workers {
 
@@ -45,10 +45,13 @@ DataProto ActorRolloutRefWorker::update_actor(DataProto data) {
   const detail::PpoUpdatePlan plan{.ppo_epochs = a.ppo_epochs,
                                    .micro_batching = micro_batching,
                                    .grad_clip = a.grad_clip,
-                                   .prefix = "actor"};
+                                   .prefix = "actor",
+                                   .fsdp = policy_fsdp_.get(),
+                                   .group = group_.get()};
   detail::ppo_update(mini_batches, plan, *optimizer_, method, metrics, [&](const DataProto& mb, double scale) {
-    auto scores = models::compute_response_scores(
-        policy_, mb, models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
+    auto scores =
+        detail::response_scores(policy_, policy_fsdp_.get(), mb,
+                                models::ScoreOptions{.temperature = temperature, .with_entropy = with_entropy});
     const auto& log_prob = scores.log_probs;
     const auto& mask = mb.batch.at("response_mask");
     const auto old_log_prob = on_policy ? log_prob.detach() : mb.batch.at("old_log_probs");

@@ -2,6 +2,8 @@
 
 #include "config_reader.hpp"
 
+#include <hyflow/parallel/fsdp.hpp>
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,7 +30,11 @@ void check_positive(const std::optional<int64_t>& v, const std::string& path) {
   if (v) check_positive(*v, path);
 }
 
-void read_model(Section s, ModelSection& out, const char* path_help) {
+void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table);
+
+void read_model(Section s, ModelSection& out, const char* path_help, Section* owner = nullptr,
+                FsdpSection* fsdp = nullptr) {
+  if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp, false);
   s.read("path", out.path, {.help = path_help});
   s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing, {.help = "recompute activations"});
   s.ignore({"use_remove_padding",
@@ -68,6 +74,46 @@ void check_sp(Section& s) {
   int64_t sp = 1;
   s.read("ulysses_sequence_parallel_size", sp, {.help = "sequence parallelism (hyflow: 1 only)"});
   require(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
+}
+
+void read_dtype(Section& s, const char* key, std::string& out, const char* help) {
+  s.read(key, out, {.help = help});
+  if (!s.describing()) parallel::parse_dtype(out, s.key_path(key));
+}
+
+// `owner` holds `strategy`; `s` is its fsdp_config. The trainer's own table declares
+// actor_rollout_ref.actor.strategy (`strategy_in_trainer_table`), so it is not declared twice.
+void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table) {
+  owner.read(
+      "strategy", f.strategy,
+      {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)", .set_by_trainer = strategy_in_trainer_table});
+  if (!owner.describing())
+    require(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
+  s.read("fsdp_size", f.fsdp_size, {.help = "ranks per shard group (-1: all; 1: replicate; k: HYBRID_SHARD)"});
+  s.read("param_offload", f.param_offload, {.help = "host parameter shards between phases (no-op on CPU)"});
+  s.read("optimizer_offload", f.optimizer_offload, {.help = "host optimizer state between phases (no-op on CPU)"});
+  s.read("reshard_after_forward", f.reshard_after_forward,
+         {.help = "free a unit after forward (false: SHARD_GRAD_OP)"});
+  {
+    Section w = s.sub("wrap_policy");
+    w.read("min_num_params", f.min_num_params, {.help = "smaller decoder layers join the root unit", .minimum = 0});
+    w.ignore({"transformer_layer_cls_to_wrap", "_target_"});
+    w.finish();
+  }
+  {
+    Section m = s.sub("mixed_precision");
+    read_dtype(m, "param_dtype", f.param_dtype, "dtype units compute in (master shards stay fp32)");
+    read_dtype(m, "reduce_dtype", f.reduce_dtype, "dtype gradients are reduced in");
+    read_dtype(m, "buffer_dtype", f.buffer_dtype, "dtype of buffers");
+    m.ignore({"_target_", "keep_low_precision_grads", "cast_forward_inputs"});
+    m.finish();
+  }
+  s.ignore({"_target_", "offload_policy", "forward_prefetch", "model_dtype", "dtype", "use_orig_params",
+            "entropy_checkpointing", "forward_only", "use_torch_compile", "ulysses_sequence_parallel_size", "strategy",
+            "seed", "full_determinism", "mixed_precision_dtype"});
+  s.finish();
+  if (s.describing()) return;
+  require(f.fsdp_size == -1 || f.fsdp_size >= 1, s.key_path("fsdp_size"), "-1 or >= 1", f.fsdp_size);
 }
 
 void read_optim(Section s, OptimConfig& o) {
@@ -178,12 +224,11 @@ void read_actor(Section s, ActorSection& a) {
     }
   }
   read_optim(s.sub("optim"), a.optim);
+  read_fsdp(s, s.sub("fsdp_config"), a.fsdp, /*strategy_in_trainer_table=*/true);
   check_sp(s);
   s.ignore({"shuffle",
             "data_loader_seed",
-            "strategy",
             "ppo_micro_batch_size",
-            "fsdp_config",
             "checkpoint",
             "use_torch_compile",
             "profiler",
@@ -354,10 +399,11 @@ void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
     c.ref.max_token_len_per_gpu = c.actor.ppo_max_token_len_per_gpu;
     read_forward(r, c.ref, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
                  "log_prob_max_token_len_per_gpu", "the actor's");
+    read_fsdp(r, r.sub("fsdp_config"), c.ref_fsdp, false);
     check_sp(r);
-    r.ignore({"strategy", "fsdp_config", "log_prob_micro_batch_size", "use_torch_compile", "profiler",
-              "entropy_checkpointing", "entropy_from_logits_with_chunking", "_target_", "model", "megatron",
-              "load_weight", "router_replay", "rollout_n"});
+    r.ignore({"log_prob_micro_batch_size", "use_torch_compile", "profiler", "entropy_checkpointing",
+              "entropy_from_logits_with_chunking", "_target_", "model", "megatron", "load_weight", "router_replay",
+              "rollout_n"});
     r.finish();
   }
   s.ignore({"hybrid_engine", "nccl_timeout", "_target_"});
@@ -366,7 +412,7 @@ void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
 
 void read_critic(Section s, CriticConfig& c) {
   c.optim.lr = 1e-5;  // verl's critic default
-  read_model(s.sub("model"), c.model, "value model directory (empty: the actor's)");
+  read_model(s.sub("model"), c.model, "value model directory (empty: the actor's)", &s, &c.fsdp);
   read_optim(s.sub("optim"), c.optim);
   s.read("ppo_mini_batch_size", c.ppo_mini_batch_size,
          {.help = "prompts per mini-batch (null: the actor's)", .null_default = true, .minimum = 1});
@@ -390,9 +436,9 @@ void read_critic(Section s, CriticConfig& c) {
   s.read("grad_clip", c.grad_clip, {.help = "gradient norm clip"});
   s.read("rollout_n", c.rollout_n, {.set_by_trainer = true});  // actor_rollout_ref.rollout.n
   check_sp(s);
-  s.ignore({"shuffle", "data_loader_seed", "enable", "strategy", "ppo_micro_batch_size", "forward_micro_batch_size",
-            "checkpoint", "profiler", "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout",
-            "engine", "loss_scale_factor"});
+  s.ignore({"shuffle", "data_loader_seed", "enable", "ppo_micro_batch_size", "forward_micro_batch_size", "checkpoint",
+            "profiler", "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine",
+            "loss_scale_factor"});
   s.finish();
   if (s.describing()) return;
   check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));

@@ -1,12 +1,14 @@
 #include <hyflow/workers/critic_worker.hpp>
 
+#include "fsdp_model.hpp"
 #include "ppo_update.hpp"
 #include "worker_common.hpp"
 
-#include <hyflow/models/checkpoint.hpp>
-#include <hyflow/parallel/process_group.hpp>
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
+#include <hyflow/parallel/process_group.hpp>
+#include <hyflow/parallel/sharded_optimizer.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <torch/torch.h>
@@ -44,8 +46,12 @@ void CriticWorker::init_model() {
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
   group_ = detail::process_group_of(*this);
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
-  optimizer_ =
-      std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
+  fsdp_ = detail::shard_model(*model_, group_, config_.fsdp, "critic", "critic.model.fsdp_config");
+  if (fsdp_)
+    optimizer_ = std::make_unique<parallel::ShardedOptimizer>(fsdp_, config_.optim, "critic.optim");
+  else
+    optimizer_ =
+        std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
 }
 
 void CriticWorker::require_initialized(const char* method) const {
@@ -56,7 +62,7 @@ at::Tensor CriticWorker::response_values(const DataProto& mb) {
   const auto& mask = mb.batch.at("attention_mask");
   auto positions =
       mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
-  auto values = model_(mb.batch.at("input_ids"), mask, positions);  // (B, T)
+  auto values = detail::value_forward(model_, fsdp_.get(), mb.batch.at("input_ids"), mask, positions);  // (B, T)
   const int64_t R = mb.batch.at("responses").size(1), T = values.size(1);
   return values.narrow(1, T - R - 1, R);  // position t values the state before token t + 1
 }
@@ -67,7 +73,8 @@ DataProto CriticWorker::compute_values(DataProto data) {
   detail::require_keys(data, {"input_ids", "attention_mask", "responses"}, method);
   torch::NoGradGuard no_grad;
   model_->eval();
-  auto micro = make_micro_batches(detail::on_device(data, kForwardKeys, device_), config_.forward, method);
+  auto micro = make_micro_batches(detail::on_device(data, kForwardKeys, device_), config_.forward, method,
+                                  fsdp_ ? group_.get() : nullptr);
   std::vector<at::Tensor> parts;
   for (const auto& mb : micro.batches) {
     auto values = response_values(mb);
@@ -95,20 +102,20 @@ DataProto CriticWorker::update_critic(DataProto data) {
   const detail::PpoUpdatePlan plan{.ppo_epochs = config_.ppo_epochs,
                                    .micro_batching = micro_batching,
                                    .grad_clip = config_.grad_clip,
-                                   .prefix = "critic"};
-  detail::ppo_update(batch.split(mini_batch_rows_), plan, *optimizer_, method, metrics,
-                     [&](const DataProto& mb, double scale) {
-                       auto vpreds = response_values(mb);
-                       const auto& mask = mb.batch.at("response_mask");
-                       auto vf = algos::core_algos::compute_value_loss(vpreds, mb.batch.at("returns"),
-                                                                       mb.batch.at("values"), mask,
-                                                                       config_.cliprange_value, config_.loss_agg_mode);
-                       (vf.vf_loss * scale).backward();
-                       metrics.add("critic/vf_loss", vf.vf_loss.item<double>() * scale);
-                       metrics.add("critic/vf_clipfrac", vf.vf_clipfrac.item<double>());
-                       metrics.add("critic/vpred_mean",
-                                   algos::core_algos::masked_mean(vpreds.detach(), mask).item<double>());
-                     });
+                                   .prefix = "critic",
+                                   .fsdp = fsdp_.get(),
+                                   .group = group_.get()};
+  detail::ppo_update(
+      batch.split(mini_batch_rows_), plan, *optimizer_, method, metrics, [&](const DataProto& mb, double scale) {
+        auto vpreds = response_values(mb);
+        const auto& mask = mb.batch.at("response_mask");
+        auto vf = algos::core_algos::compute_value_loss(vpreds, mb.batch.at("returns"), mb.batch.at("values"), mask,
+                                                        config_.cliprange_value, config_.loss_agg_mode);
+        (vf.vf_loss * scale).backward();
+        metrics.add("critic/vf_loss", vf.vf_loss.item<double>() * scale);
+        metrics.add("critic/vf_clipfrac", vf.vf_clipfrac.item<double>());
+        metrics.add("critic/vpred_mean", algos::core_algos::masked_mean(vpreds.detach(), mask).item<double>());
+      });
   DataProto out;
   out.meta_info = Json{{"metrics", detail::metrics_json(metrics.lists())}};
   return out;
@@ -116,6 +123,7 @@ DataProto CriticWorker::update_critic(DataProto data) {
 
 void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
+  if (fsdp_) fsdp_->unshard_all();  // rank 0 writes the full model
   detail::save_train_state(
       dir, "CriticWorker", rank(), world_size(), global_step,
       [&](const fs::path& d) {
@@ -123,6 +131,7 @@ void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
         detail::copy_tokenizer_files(config_.model.path, d);
       },
       optimizer_.get(), nullptr, group_.get());
+  if (fsdp_) fsdp_->reshard_all();
 }
 
 void CriticWorker::load_checkpoint(std::string dir) {
@@ -132,14 +141,17 @@ void CriticWorker::load_checkpoint(std::string dir) {
       [&](const fs::path& d) {
         auto tensors = models::load_checkpoint_tensors(d);
         torch::NoGradGuard no_grad;
-        models::load_parameters(*model_, tensors, d.string());
+        if (fsdp_)
+          fsdp_->load_full_parameters(detail::named_parameters(tensors), d.string());
+        else
+          models::load_parameters(*model_, tensors, d.string());
       },
       optimizer_.get(), nullptr);
 }
 
 std::string CriticWorker::parameter_digest() const {
   if (!model_) throw ValueError("parameter_digest: call init_model first");
-  return parallel::parameter_digest(model_->parameters());
+  return detail::sharded_parameter_digest(*model_, fsdp_.get());
 }
 
 void CriticWorker::define_methods(MethodTable<CriticWorker>& t) {

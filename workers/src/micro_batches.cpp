@@ -1,5 +1,6 @@
 #include <hyflow/workers/micro_batches.hpp>
 
+#include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
 
 #include <torch/torch.h>
@@ -9,7 +10,8 @@
 
 namespace hyflow::workers {
 
-MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what) {
+MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what,
+                                parallel::ProcessGroup* agree) {
   MicroBatches out;
   const int64_t rows = data.size();
   if (rows == 0) return out;
@@ -26,8 +28,13 @@ MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& ba
     throw ValueError(what + ": a row has " + std::to_string(longest) + " tokens, more than max_token_len_per_gpu " +
                      std::to_string(batching.max_token_len_per_gpu));
   const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
-  const int64_t parts =
+  int64_t parts =
       std::clamp<int64_t>(parallel::seqlen_balancing::ceildiv(total, batching.max_token_len_per_gpu), 1, rows);
+  if (agree) {  // ranks hold equally many rows (DP_COMPUTE_PROTO pads), so the largest count fits all
+    auto count = torch::tensor({parts}, torch::kLong);
+    agree->all_reduce(count, parallel::ReduceOp::max);
+    parts = std::min(count.item<int64_t>(), rows);
+  }
   for (auto& group : parallel::seqlen_balancing::dynamic_micro_batch_partitions(
            parallel::seqlen_balancing::calculate_workload(lengths), parts)) {
     out.batches.push_back(data.select_idxs(group));

@@ -3,6 +3,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/parallel/data_parallel.hpp>
+#include <hyflow/parallel/fsdp.hpp>
 #include <hyflow/parallel/process_group.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
@@ -17,18 +18,21 @@ void MetricLists::add(const std::string& name, double value) {
   lists_[it->second].second.push_back(value);
 }
 
-void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan& plan,
-                parallel::DataParallelOptimizer& optimizer, const std::string& method, MetricLists& metrics,
+void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan& plan, parallel::Optimizer& optimizer,
+                const std::string& method, MetricLists& metrics,
                 const std::function<void(const DataProto& micro_batch, double scale)>& micro_step) {
   for (int64_t epoch = 0; epoch < plan.ppo_epochs; ++epoch) {
     for (const auto& mini : mini_batches) {
-      const auto micro = make_micro_batches(mini, plan.micro_batching, method);
+      const auto micro = make_micro_batches(mini, plan.micro_batching, method, plan.fsdp ? plan.group : nullptr);
       optimizer.zero_grad();
-      for (const auto& mb : micro.batches) {
+      for (size_t m = 0; m < micro.batches.size(); ++m) {
+        const auto& mb = micro.batches[m];
         const double scale = plan.micro_batching.use_dynamic_bsz
                                  ? static_cast<double>(mb.size()) / static_cast<double>(mini.size())
                                  : 1.0 / static_cast<double>(micro.batches.size());
+        if (plan.fsdp) plan.fsdp->set_requires_gradient_sync(m + 1 == micro.batches.size());
         micro_step(mb, scale);
+        if (plan.fsdp) plan.fsdp->finish_backward();
       }
       metrics.add(plan.prefix + "/grad_norm", optimizer.step(plan.grad_clip));
     }
@@ -40,7 +44,7 @@ void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan&
 
 void save_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
                       int64_t global_step, const std::function<void(const std::filesystem::path&)>& save_model,
-                      const parallel::DataParallelOptimizer* optimizer, const at::Generator* generator,
+                      const parallel::Optimizer* optimizer, const at::Generator* generator,
                       parallel::ProcessGroup* group) {
   std::filesystem::create_directories(dir);
   if (rank == 0) {
@@ -54,7 +58,7 @@ void save_train_state(const std::filesystem::path& dir, const std::string& worke
 
 void load_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
                       const std::function<void(const std::filesystem::path&)>& load_model,
-                      parallel::DataParallelOptimizer* optimizer, at::Generator* generator) {
+                      parallel::Optimizer* optimizer, at::Generator* generator) {
   check_state(dir, worker, world_size);
   if (load_model) load_model(dir);
   if (optimizer) optimizer->load(optimizer_file(dir, rank, world_size));

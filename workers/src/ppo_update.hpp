@@ -15,7 +15,8 @@
 #include <vector>
 
 namespace hyflow::parallel {
-class DataParallelOptimizer;
+class FsdpModule;
+class Optimizer;
 class ProcessGroup;
 }  // namespace hyflow::parallel
 
@@ -38,6 +39,10 @@ struct PpoUpdatePlan {
   ForwardBatching micro_batching;
   double grad_clip = 1.0;
   std::string prefix;  ///< metric prefix: "actor" or "critic"
+  /// Sharded model: only the last micro-batch of a mini-batch reduces gradients, each backward
+  /// ends with finish_backward, and dynamic micro-batch counts agree over `group`.
+  parallel::FsdpModule* fsdp = nullptr;
+  parallel::ProcessGroup* group = nullptr;
 };
 
 /// ppo_epochs passes over the mini-batches of `mini_batches`; for each mini-batch: zero_grad,
@@ -45,8 +50,8 @@ struct PpoUpdatePlan {
 /// times `scale`: 1/grad_accum for fixed micro-batches, the rows' share with dynamic batch
 /// size, as verl), then one optimizer step whose grad norm is logged as "<prefix>/grad_norm".
 /// Ends with zero_grad, "<prefix>/lr" (the lr this call used) and one scheduler step.
-void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan& plan,
-                parallel::DataParallelOptimizer& optimizer, const std::string& method, MetricLists& metrics,
+void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan& plan, parallel::Optimizer& optimizer,
+                const std::string& method, MetricLists& metrics,
                 const std::function<void(const DataProto& micro_batch, double scale)>& micro_step);
 
 /// The trained model's side of a worker checkpoint in `dir`: rank 0 runs `save_model` (may be
@@ -54,12 +59,12 @@ void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan&
 /// optimizer) and its RNG state (the torch CPU generator and `generator`); then a barrier.
 void save_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
                       int64_t global_step, const std::function<void(const std::filesystem::path&)>& save_model,
-                      const parallel::DataParallelOptimizer* optimizer, const at::Generator* generator,
+                      const parallel::Optimizer* optimizer, const at::Generator* generator,
                       parallel::ProcessGroup* group);
 /// Checks the state file (worker type, world size), runs `load_model` (may be empty) and
 /// restores the optimizer and RNG state saved by save_train_state.
 void load_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
                       const std::function<void(const std::filesystem::path&)>& load_model,
-                      parallel::DataParallelOptimizer* optimizer, at::Generator* generator);
+                      parallel::Optimizer* optimizer, at::Generator* generator);
 
 }  // namespace hyflow::workers::detail

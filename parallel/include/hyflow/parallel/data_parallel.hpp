@@ -5,6 +5,7 @@
 // here: a sharded optimizer implements the same zero_grad / step / save / load.
 
 #include <hyflow/parallel/optim_config.hpp>
+#include <hyflow/parallel/optimizer.hpp>
 #include <hyflow/parallel/process_group.hpp>
 
 #include <ATen/core/Generator.h>
@@ -36,29 +37,29 @@ std::string parameter_digest(const std::vector<at::Tensor>& parameters);
 
 /// AdamW (verl's defaults) with the warmup schedule, gradient averaging over `group` and
 /// gradient clipping with the non-finite skip.
-class DataParallelOptimizer {
+class DataParallelOptimizer : public Optimizer {
  public:
   /// `path` names the optim config in errors ("actor_rollout_ref.actor.optim").
   DataParallelOptimizer(std::vector<at::Tensor> parameters, const OptimConfig& config,
                         std::shared_ptr<ProcessGroup> group, const std::string& path);
-  ~DataParallelOptimizer();
+  ~DataParallelOptimizer() override;
 
-  void zero_grad();
+  void zero_grad() override;
   /// All-reduces (averages) the gradients over the group, clips their global norm to
   /// max_norm and steps; a non-finite norm skips the step and zeroes the gradients (the
   /// same on every rank: the norm is computed after averaging). Returns the norm before
   /// clipping.
-  double step(double max_norm);
+  double step(double max_norm) override;
   /// The learning rate the next step uses.
-  double lr() const;
+  double lr() const override;
   /// Advances the lr schedule by one update call.
-  void scheduler_step();
-  int64_t scheduler_steps() const { return scheduler_steps_; }
+  void scheduler_step() override;
+  int64_t scheduler_steps() const override { return scheduler_steps_; }
 
   /// Optimizer state and schedule position of this rank.
-  void save(const std::filesystem::path& file) const;
+  void save(const std::filesystem::path& file) const override;
   /// FormatError naming the file when it is missing or does not fit these parameters.
-  void load(const std::filesystem::path& file);
+  void load(const std::filesystem::path& file) override;
 
  private:
   void reset_schedule(int64_t steps);

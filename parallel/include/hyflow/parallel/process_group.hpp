@@ -57,6 +57,15 @@ class CollectiveAbortedError : public Error {
   using Error::Error;
 };
 
+/// A collective in flight (ProcessGroup::*_async). wait() blocks until it has finished and its
+/// result is in the output tensor; it throws hyflow::Error naming the op and the group when the
+/// collective failed (a peer died, the timeout passed). Waiting twice is a no-op.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
 /// A process group for one rank. Construction blocks until every rank has joined (or the
 /// timeout passes, which throws hyflow::Error naming the rank, the address and the port).
 class ProcessGroup {
@@ -85,6 +94,23 @@ class ProcessGroup {
   void abort(const std::string& reason);
   /// The reason the group was aborted, if it was.
   std::optional<std::string> aborted() const;
+  /// Asynchronous all_gather_into_tensor: gloo runs it on the group's worker threads while the
+  /// caller computes; nccl enqueues it on the current stream (wait() is then stream-ordered).
+  /// `output` and `input` must stay alive until wait() returns.
+  std::unique_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input);
+  /// Asynchronous reduce_scatter. gloo (which has no reduce-scatter in LibTorch 1.13) all-reduces
+  /// a copy of `input` and wait() copies this rank's block into `output`.
+  std::unique_ptr<Work> reduce_scatter_async(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::sum);
+  /// Asynchronous all_reduce in place (avg divides in wait()).
+  std::unique_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
+
+  /// A group of the ranks `ranks` of this group (sorted, unique, this rank among them), over
+  /// this group's store with the key prefix `name`; its rank is this rank's index in `ranks`.
+  /// Every rank in `ranks` must call it with the same arguments (a rendezvous). ValueError
+  /// naming the ranks when they are not a valid subset.
+  std::shared_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks, const std::string& name);
+  /// The group's name (its store key prefix), for error messages.
+  const std::string& name() const;
 
   /// Blocks until every rank has arrived (nccl: and every earlier collective has finished).
   void barrier();
@@ -101,6 +127,7 @@ class ProcessGroup {
 
  private:
   struct Impl;
+  ProcessGroup();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -18,7 +18,8 @@
 #include <string>
 
 namespace hyflow::parallel {
-class DataParallelOptimizer;
+class FsdpModule;
+class Optimizer;
 class ProcessGroup;
 }  // namespace hyflow::parallel
 
@@ -48,9 +49,9 @@ class ActorRolloutRefWorker : public Worker {
   /// {"ref_log_prob"} (B, R) of the reference policy. DP_COMPUTE_PROTO.
   DataProto compute_ref_log_prob(DataProto data);
 
-  /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient
-  /// accumulation, gradients averaged over the group, clipping with the non-finite skip,
-  /// one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
+  /// verl's PPO policy update: ppo_epochs over mini-batches, micro-batches with gradient accumulation,
+  /// gradients averaged over the group (reduce-scattered into shards under FSDP), clipping with the
+  /// non-finite skip, one lr-schedule step per call. Returns meta_info["metrics"] (lists). DP_COMPUTE_PROTO.
   DataProto update_actor(DataProto data);
 
   /// Model (rank 0, Hugging Face format, with the tokenizer files of model.path), optimizer
@@ -93,8 +94,8 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   void require_initialized(const char* method) const;
-  DataProto log_probs_of(models::CausalLM& model, const DataProto& data, const ForwardBatching& batching,
-                         bool with_entropy, const char* method);
+  DataProto log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp, const DataProto& data,
+                         const ForwardBatching& batching, bool with_entropy, const char* method);
 
   ActorRolloutRefConfig config_;
   Role role_;
@@ -102,7 +103,9 @@ class ActorRolloutRefWorker : public Worker {
   std::shared_ptr<parallel::ProcessGroup> group_;
   models::CausalLM policy_{nullptr};
   models::CausalLM ref_{nullptr};
-  std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
+  std::shared_ptr<parallel::FsdpModule> policy_fsdp_;  ///< null: replicated (one rank, NO_SHARD in fp32)
+  std::shared_ptr<parallel::FsdpModule> ref_fsdp_;
+  std::unique_ptr<parallel::Optimizer> optimizer_;
   std::optional<at::Generator> rollout_generator_;
   int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
   std::optional<int64_t> weight_version_;  ///< set by load_weights (separate rollout group)

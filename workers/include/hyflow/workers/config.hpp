@@ -31,6 +31,20 @@ struct ForwardBatching {
   int64_t max_token_len_per_gpu = 16384;
 };
 
+/// *.strategy and *.fsdp_config (actor, ref, critic.model): how the role's model is sharded
+/// (hyflow/parallel/fsdp.hpp, docs/parallel.md).
+struct FsdpSection {
+  std::string strategy = "fsdp";  ///< fsdp | fsdp2: both shard per parameter along dim 0
+  int64_t fsdp_size = -1;         ///< -1: shard over all ranks; 1: replicate; k: shard in groups of k
+  bool param_offload = false;     ///< host shards between phases (a no-op on CPU: they are there)
+  bool optimizer_offload = false;
+  bool reshard_after_forward = true;  ///< false: SHARD_GRAD_OP
+  int64_t min_num_params = 0;         ///< wrap_policy.min_num_params: smaller layers join the root unit
+  std::string param_dtype = "fp32";   ///< mixed_precision.param_dtype (hyflow's default: the model's fp32)
+  std::string reduce_dtype = "fp32";
+  std::string buffer_dtype = "fp32";
+};
+
 /// actor_rollout_ref.actor
 struct ActorSection {
   int64_t ppo_mini_batch_size = 256;                  ///< prompts per mini-batch (before ×n, ÷world)
@@ -46,6 +60,7 @@ struct ActorSection {
   double grad_clip = 1.0;
   algos::core_algos::ActorConfig loss;  ///< clip ratios, loss_agg_mode, policy_loss, tau_*
   OptimConfig optim;
+  FsdpSection fsdp;  ///< strategy, fsdp_config
 };
 
 /// actor_rollout_ref.rollout.val_kwargs
@@ -85,6 +100,7 @@ struct ActorRolloutRefConfig {
   ActorSection actor;
   RolloutSection rollout;
   ForwardBatching ref;  ///< ref.log_prob_* (defaults: the actor's dynamic-bsz settings)
+  FsdpSection ref_fsdp;  ///< ref.strategy, ref.fsdp_config
 };
 
 /// critic
@@ -101,6 +117,7 @@ struct CriticConfig {
   std::string loss_agg_mode = "token-mean";
   double grad_clip = 1.0;
   int64_t rollout_n = 1;  ///< ppo_mini_batch_size counts prompts: ×rollout_n
+  FsdpSection fsdp;       ///< critic.strategy, critic.model.fsdp_config (verl's place for the critic)
 };
 
 /// reward_model

@@ -13,7 +13,8 @@
 #include <string>
 
 namespace hyflow::parallel {
-class DataParallelOptimizer;
+class FsdpModule;
+class Optimizer;
 class ProcessGroup;
 }  // namespace hyflow::parallel
 
@@ -56,7 +57,8 @@ class CriticWorker : public Worker {
   c10::Device device_;
   std::shared_ptr<parallel::ProcessGroup> group_;
   models::ValueModel model_{nullptr};
-  std::unique_ptr<parallel::DataParallelOptimizer> optimizer_;
+  std::shared_ptr<parallel::FsdpModule> fsdp_;  ///< null: replicated (one rank, NO_SHARD in fp32)
+  std::unique_ptr<parallel::Optimizer> optimizer_;
   int64_t mini_batch_rows_ = 0;
 };
 

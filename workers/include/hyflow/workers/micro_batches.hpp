@@ -7,6 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace hyflow::parallel {
+class ProcessGroup;
+}
+
 namespace hyflow::workers {
 
 /// Micro-batches of one batch. With dynamic batch size the rows are regrouped: `order[i]` is
@@ -20,8 +24,10 @@ struct MicroBatches {
 /// unset). Dynamic (verl's rearrange_micro_batches): min(rows, ceil(Σ tokens / max_token_len))
 /// micro-batches, a Karmarkar–Karp partition of the rows' workloads (tokens = attention_mask
 /// row sums; parallel::seqlen_balancing::dynamic_micro_batch_partitions); ValueError when one row alone
-/// exceeds max_token_len, naming `what`.
-MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what);
+/// exceeds max_token_len, naming `what`. With `agree` (sharded models: every micro-batch's forward
+/// is a collective), the dynamic count is the largest over the group's ranks, so all run as many.
+MicroBatches make_micro_batches(const DataProto& data, const ForwardBatching& batching, const std::string& what,
+                                parallel::ProcessGroup* agree = nullptr);
 
 /// Puts rows of `concatenated` (micro-batch order) back into input order.
 DataProto restore_order(const DataProto& concatenated, const std::vector<int64_t>& order);

@@ -1,0 +1,77 @@
+// hyflow-model-merger merge --backend fsdp --local_dir <sharded checkpoint> --target_dir <out>
+//
+// verl's model_merger for hyflow's sharded checkpoints: reads fsdp_manifest.json and the shard
+// files (any world size), rebuilds every parameter and writes a Hugging Face folder:
+// config.json (from the manifest's extra.config, else <local_dir>/config.json) and
+// model.safetensors in float32.
+#include <hyflow/core/error.hpp>
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/models/config.hpp>
+#include <hyflow/models/safetensors.hpp>
+#include <hyflow/parallel/fsdp_checkpoint.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hyflow-model-merger merge --backend fsdp --local_dir <sharded checkpoint> --target_dir <output folder>\n";
+
+int merge(const fs::path& local_dir, const fs::path& target_dir) {
+  nlohmann::json extra;
+  auto parameters = hyflow::parallel::load_sharded_parameters(local_dir, &extra);
+  hyflow::models::ModelConfig config;
+  if (extra.is_object() && extra.contains("config")) {
+    config = hyflow::models::config_from_json(extra.at("config"), (local_dir / "fsdp_manifest.json").string());
+  } else if (fs::exists(local_dir / "config.json")) {
+    config = hyflow::models::load_config(local_dir);
+  } else {
+    throw hyflow::FormatError("'" + local_dir.string() +
+                              "' has neither extra.config in fsdp_manifest.json nor a config.json");
+  }
+  config.torch_dtype = "float32";
+  fs::create_directories(target_dir);
+  hyflow::models::NamedTensors tensors;
+  for (auto& p : parameters) tensors.emplace_back(p.name, p.tensor);
+  hyflow::models::write_safetensors(target_dir / "model.safetensors", tensors);
+  hyflow::models::save_config(config, target_dir / "config.json");
+  std::cout << "merged " << tensors.size() << " tensors from " << local_dir << " into " << target_dir << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "merge") {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::map<std::string, std::string> args{{"--backend", "fsdp"}};
+  for (int i = 2; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (!args.count(key) && key != "--local_dir" && key != "--target_dir") {
+      std::cerr << "hyflow-model-merger: unknown argument '" << key << "'\n" << kUsage;
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "hyflow-model-merger: '" << key << "' needs a value\n" << kUsage;
+      return 2;
+    }
+    args[key] = argv[++i];
+  }
+  if (args.at("--backend") != "fsdp" || !args.count("--local_dir") || !args.count("--target_dir")) {
+    std::cerr << "hyflow-model-merger: needs --backend fsdp, --local_dir and --target_dir\n" << kUsage;
+    return 2;
+  }
+  try {
+    return merge(args.at("--local_dir"), args.at("--target_dir"));
+  } catch (const std::exception& e) {
+    std::cerr << "hyflow-model-merger: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,37 @@
+#pragma once
+// Sharded parameter checkpoints of an FsdpModule: each rank of the first replica writes its
+// float32 master shards, rank 0 a manifest; loading at any world size rebuilds the full
+// parameters (FsdpModule::load_full_parameters then reshards them), and hyflow-model-merger
+// turns the directory into a Hugging Face folder.
+//
+// Layout of `dir`:
+//   fsdp_manifest.json          {"format": "hyflow-fsdp-v1", "world_size", "mesh": {"shard_size",
+//                               "replicate_size"}, "extra": <caller's JSON>, "parameters": [{"name",
+//                               "shape", "dtype", "rows", "rows_per_shard", "offset"}], "shards":
+//                               [{"shard_rank", "file", "bytes", "fnv1a64"}]}
+//   model_shard_{r}_of_{S}.bin  rank r's master shards, float32 little-endian, in manifest order
+//                               (parameter p at "offset" bytes, rows_per_shard x row_numel values)
+// Files are written to a temporary name and renamed, so a crash leaves no partial file under
+// the final name.
+
+#include <hyflow/parallel/fsdp.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <vector>
+
+namespace hyflow::parallel {
+
+/// Writes this rank's part of a sharded checkpoint (see above) and waits for every rank of
+/// `world` (null: one rank). `extra` goes into the manifest (e.g. {"config": config.json}).
+/// Every rank of the group calls it.
+void save_sharded_parameters(const FsdpModule& module, const std::filesystem::path& dir, const nlohmann::json& extra,
+                             ProcessGroup* world);
+
+/// The full float32 parameters of a sharded checkpoint (any world size), in manifest order,
+/// and the manifest's "extra". FormatError naming the file (and the parameter or byte count)
+/// when the manifest is malformed or a shard file is missing, truncated or fails its checksum.
+std::vector<NamedParameter> load_sharded_parameters(const std::filesystem::path& dir, nlohmann::json* extra = nullptr);
+
+}  // namespace hyflow::parallel

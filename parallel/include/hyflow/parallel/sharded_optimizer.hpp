@@ -1,0 +1,39 @@
+#pragma once
+// AdamW on the local shards of an FsdpModule: optimizer state exists only for this rank's
+// slice of every parameter (1/N of it), the gradient norm is the global one across shards.
+
+#include <hyflow/parallel/fsdp.hpp>
+#include <hyflow/parallel/optim_config.hpp>
+#include <hyflow/parallel/optimizer.hpp>
+
+#include <memory>
+#include <string>
+
+namespace hyflow::parallel {
+
+class DataParallelOptimizer;
+
+class ShardedOptimizer : public Optimizer {
+ public:
+  /// `path` names the optim config in errors ("actor_rollout_ref.actor.optim").
+  ShardedOptimizer(std::shared_ptr<FsdpModule> module, const OptimConfig& config, const std::string& path);
+  ~ShardedOptimizer() override;
+
+  void zero_grad() override;
+  /// The gradients are already reduced into the shards (FsdpModule::finish_backward). The norm
+  /// is sqrt of the sum over the shard group of each rank's squared shard norms (replicas hold
+  /// equal shards); clipped as torch's clip_grad_norm_ (max_norm / (norm + 1e-6) when below 1).
+  double step(double max_norm) override;
+  double lr() const override;
+  void scheduler_step() override;
+  int64_t scheduler_steps() const override;
+  /// This rank's AdamW state (its shards) and the schedule position; load needs the same mesh.
+  void save(const std::filesystem::path& file) const override;
+  void load(const std::filesystem::path& file) override;
+
+ private:
+  std::shared_ptr<FsdpModule> module_;
+  std::unique_ptr<DataParallelOptimizer> local_;
+};
+
+}  // namespace hyflow::parallel

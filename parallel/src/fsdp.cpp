@@ -1,0 +1,564 @@
+#include <hyflow/core/error.hpp>
+#include <hyflow/parallel/fsdp.hpp>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+
+namespace hyflow::parallel {
+
+const char* to_string(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::full_shard:
+      return "FULL_SHARD";
+    case ShardingStrategy::shard_grad_op:
+      return "SHARD_GRAD_OP";
+    case ShardingStrategy::no_shard:
+      return "NO_SHARD";
+    case ShardingStrategy::hybrid_shard:
+      return "HYBRID_SHARD";
+  }
+  return "?";
+}
+
+at::ScalarType parse_dtype(const std::string& name, const std::string& key) {
+  if (name == "fp32" || name == "float32" || name == "float") return at::kFloat;
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "fp16" || name == "float16" || name == "half") return at::kHalf;
+  throw ValueError("config key '" + key + "' must be one of fp32, bf16, fp16 (or float32, bfloat16, float16), got '" +
+                   name + "'");
+}
+
+DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size, const std::string& tag) {
+  DeviceMesh mesh;
+  if (!world || world->size() == 1) return mesh;
+  const int n = world->size();
+  if (fsdp_size < 0 || fsdp_size >= n) {
+    mesh.shard = world;
+    return mesh;
+  }
+  if (fsdp_size == 0 || n % fsdp_size != 0) {
+    throw ValueError("fsdp_config.fsdp_size " + std::to_string(fsdp_size) + " must divide the world size " +
+                     std::to_string(n) + " (or be -1: shard over all ranks)");
+  }
+  const int f = static_cast<int>(fsdp_size), me = world->rank();
+  if (f == 1) {
+    mesh.replicate = world;
+    return mesh;
+  }
+  // shard groups: consecutive ranks [k f, (k + 1) f); replicate groups: ranks with the same r mod f
+  for (int k = 0; k < n / f; ++k) {
+    std::vector<int> ranks;
+    for (int i = 0; i < f; ++i) ranks.push_back(k * f + i);
+    if (me / f == k) mesh.shard = world->new_subgroup(ranks, tag + "_shard_" + std::to_string(k));
+  }
+  for (int i = 0; i < f; ++i) {
+    std::vector<int> ranks;
+    for (int k = 0; k < n / f; ++k) ranks.push_back(k * f + i);
+    if (me % f == i) mesh.replicate = world->new_subgroup(ranks, tag + "_replicate_" + std::to_string(i));
+  }
+  return mesh;
+}
+
+ShardingStrategy strategy_of(const DeviceMesh& mesh, bool reshard_after_forward) {
+  if (mesh.shard_size() == 1) return ShardingStrategy::no_shard;
+  if (mesh.replicate_size() > 1) return ShardingStrategy::hybrid_shard;
+  return reshard_after_forward ? ShardingStrategy::full_shard : ShardingStrategy::shard_grad_op;
+}
+
+std::vector<FsdpUnit> units_by_layer(const std::vector<NamedParameter>& parameters, int64_t min_num_params) {
+  static const std::regex layer_name(R"(^(.*\blayers\.(\d+))\..*$)");
+  std::vector<FsdpUnit> layers;
+  std::map<std::string, size_t> index;
+  FsdpUnit root{"root", {}};
+  std::vector<NamedParameter> unplaced;
+  for (const auto& p : parameters) {
+    std::smatch m;
+    if (!std::regex_match(p.name, m, layer_name)) {
+      root.parameters.push_back(p);
+      continue;
+    }
+    auto [it, fresh] = index.try_emplace(m[1].str(), layers.size());
+    if (fresh) layers.push_back(FsdpUnit{m[1].str(), {}});
+    layers[it->second].parameters.push_back(p);
+  }
+  std::vector<FsdpUnit> units;
+  for (auto& unit : layers) {
+    int64_t count = 0;
+    for (const auto& p : unit.parameters) count += p.tensor.numel();
+    if (count >= min_num_params) {
+      units.push_back(std::move(unit));
+    } else {
+      root.parameters.insert(root.parameters.end(), unit.parameters.begin(), unit.parameters.end());
+    }
+  }
+  units.push_back(std::move(root));
+  return units;
+}
+
+namespace {
+
+struct Param {
+  std::string name;
+  at::Tensor param;  // the model's tensor; its data is `full`
+  at::Tensor full;   // the full parameter in the compute dtype; storage released while sharded
+  std::vector<int64_t> full_shape;
+  int64_t rows = 0, row_numel = 0, rows_per_shard = 0;
+  at::ScalarType dtype = at::kFloat;
+  at::Tensor shard;  // float32 master slice, (rows_per_shard * row_numel,)
+  int64_t shard_numel() const { return rows_per_shard * row_numel; }
+  size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
+};
+
+// A unit's storage is released in place, as FSDP does, so that tensors the autograd graph
+// saved from a parameter (views such as weight.t()) lose their memory too and see the
+// gathered values again when the storage is refilled before backward.
+void release_storage(const at::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t, size_t nbytes) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+struct Unit {
+  std::string name;
+  std::vector<size_t> params;
+  int64_t shard_numel = 0;
+  bool gathered = false;
+  bool backward_pending = false;  // gathered for a backward whose gradients are not reduced yet
+  std::unique_ptr<Work> gather_work;
+  at::Tensor gather_in, gather_out;
+  std::unique_ptr<Work> reduce_work;
+  at::Tensor reduce_out;
+};
+
+}  // namespace
+
+struct FsdpModule::Impl {
+  DeviceMesh mesh;
+  FsdpOptions options;
+  ShardingStrategy strategy = ShardingStrategy::full_shard;
+  std::vector<Param> params;
+  std::vector<Unit> units;
+  std::vector<int> reduce_order;  // units with a reduction in flight, in issue order
+  bool sync = true;
+  int64_t materialized = 0, peak = 0;
+
+  int S() const { return mesh.shard_size(); }
+  bool sharded() const { return S() > 1; }
+  int root() const { return static_cast<int>(units.size()) - 1; }
+
+  int64_t full_bytes(const Param& p) const {
+    return p.rows * p.row_numel * static_cast<int64_t>(c10::elementSize(options.mixed_precision.param_dtype));
+  }
+
+  // Replicated (shard group of one): the parameter is the master shard (shared storage) in
+  // float32, or a copy of it cast to the compute dtype, refreshed before each forward.
+  void materialize_replicated(Unit& u) {
+    torch::NoGradGuard no_grad;
+    for (size_t i : u.params) {
+      auto& p = params[i];
+      if (options.mixed_precision.param_dtype == at::kFloat) continue;  // shares the shard's storage
+      p.full.view({-1}).copy_(p.shard);
+    }
+    u.gathered = true;
+  }
+
+  void start_gather(int ui) {
+    auto& u = units[static_cast<size_t>(ui)];
+    if (u.gathered || u.gather_work) return;
+    if (!sharded()) {
+      materialize_replicated(u);
+      return;
+    }
+    std::vector<at::Tensor> flat;
+    for (size_t i : u.params) flat.push_back(params[i].shard.to(options.mixed_precision.param_dtype));
+    u.gather_in = torch::cat(flat);
+    u.gather_out = torch::empty({S() * u.shard_numel}, u.gather_in.options());
+    u.gather_work = mesh.shard->all_gather_into_tensor_async(u.gather_out, u.gather_in);
+  }
+
+  void finish_gather(int ui) {
+    auto& u = units[static_cast<size_t>(ui)];
+    if (u.gathered) return;
+    start_gather(ui);
+    if (u.gathered) return;
+    u.gather_work->wait();
+    u.gather_work.reset();
+    torch::NoGradGuard no_grad;
+    auto blocks = u.gather_out.view({S(), u.shard_numel});  // (S, unit shard numel): rank r's slices
+    int64_t offset = 0;
+    for (size_t i : u.params) {
+      auto& p = params[i];
+      allocate_storage(p.full, p.full_nbytes());
+      auto rows = p.full.view({p.rows, p.row_numel});
+      for (int r = 0; r < S(); ++r) {  // rank r holds rows [r k, (r + 1) k), the last ones padding
+        const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
+        const int64_t count = std::min<int64_t>(begin + p.rows_per_shard, p.rows) - begin;
+        if (count <= 0) continue;
+        rows.narrow(0, begin, count).copy_(blocks[r].narrow(0, offset, count * p.row_numel).view({count, p.row_numel}));
+      }
+      offset += p.shard_numel();
+      materialized += full_bytes(p);
+    }
+    u.gather_in.reset();
+    u.gather_out.reset();
+    u.gathered = true;
+    peak = std::max(peak, materialized);
+  }
+
+  void free_unit(int ui) {
+    auto& u = units[static_cast<size_t>(ui)];
+    if (!sharded() || !u.gathered) return;
+    for (size_t i : u.params) {
+      release_storage(params[i].full);
+      materialized -= full_bytes(params[i]);
+    }
+    u.gathered = false;
+  }
+
+  // Reduce-scatter (average) of the unit's full gradients into shard-sized blocks; the full
+  // gradients are freed. Replicas then average across the replicate group (in wait_reduce).
+  void start_reduce(int ui) {
+    torch::NoGradGuard no_grad;
+    auto& u = units[static_cast<size_t>(ui)];
+    const auto dtype = options.mixed_precision.reduce_dtype;
+    std::vector<at::Tensor> blocks;
+    for (size_t i : u.params) {
+      auto& p = params[i];
+      at::Tensor g = p.param.grad();
+      g = g.defined() ? g.reshape({p.rows, p.row_numel}).to(dtype)
+                      : torch::zeros({p.rows, p.row_numel}, p.shard.options().dtype(dtype));
+      const int64_t padded = S() * p.rows_per_shard;
+      if (padded > p.rows) g = torch::cat({g, torch::zeros({padded - p.rows, p.row_numel}, g.options())});
+      blocks.push_back(g.reshape({S(), p.shard_numel()}));
+      p.param.mutable_grad().reset();
+    }
+    auto input = torch::cat(blocks, 1).reshape({-1});  // (S * unit shard numel,) in rank-block order
+    if (sharded()) {
+      u.reduce_out = torch::empty({u.shard_numel}, input.options());
+      u.reduce_work = mesh.shard->reduce_scatter_async(u.reduce_out, input, ReduceOp::avg);
+    } else {
+      u.reduce_out = input;
+      if (mesh.replicate) u.reduce_work = mesh.replicate->all_reduce_async(u.reduce_out, ReduceOp::avg);
+    }
+    reduce_order.push_back(ui);
+  }
+
+  void wait_reduce(int ui) {
+    torch::NoGradGuard no_grad;
+    auto& u = units[static_cast<size_t>(ui)];
+    if (u.reduce_work) u.reduce_work->wait();
+    u.reduce_work.reset();
+    if (sharded() && mesh.replicate) mesh.replicate->all_reduce(u.reduce_out, ReduceOp::avg);
+    int64_t offset = 0;
+    for (size_t i : u.params) {
+      auto& p = params[i];
+      auto g = u.reduce_out.narrow(0, offset, p.shard_numel()).to(at::kFloat);
+      if (p.shard.grad().defined()) {
+        p.shard.mutable_grad().add_(g);
+      } else {
+        p.shard.mutable_grad() = g.clone();
+      }
+      offset += p.shard_numel();
+    }
+    u.reduce_out.reset();
+  }
+
+  void post_backward(int ui) {
+    auto& u = units[static_cast<size_t>(ui)];
+    if (!u.backward_pending) return;
+    u.backward_pending = false;
+    if (sync) start_reduce(ui);
+    free_unit(ui);
+  }
+
+  void pre_backward(int ui) {
+    // units after this one have finished their backward even when their input needed no grad
+    for (int v = root() - 1; v > ui; --v) post_backward(v);
+    finish_gather(ui);
+    if (ui > 0) start_gather(ui - 1);
+  }
+
+  void settle() {
+    for (auto& u : units) {
+      if (u.gather_work) {
+        u.gather_work->wait();
+        u.gather_work.reset();
+        u.gather_in.reset();
+        u.gather_out.reset();
+      }
+      u.backward_pending = false;
+    }
+    for (int ui = 0; ui <= root(); ++ui) free_unit(ui);
+  }
+};
+
+namespace {
+
+// Identity on the activation entering a unit; its backward runs once the unit's backward is
+// complete (every node of the unit leads to the unit's input), so the unit's gradients are
+// accumulated and can be reduced.
+struct UnitInputBoundary : torch::autograd::Function<UnitInputBoundary> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                FsdpModule::Impl* impl, int64_t unit) {
+    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
+    ctx->saved_data["unit"] = unit;
+    return {x};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* impl = reinterpret_cast<FsdpModule::Impl*>(ctx->saved_data["impl"].toInt());
+    impl->post_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], {}, {}};
+  }
+};
+
+// Identity on the activation leaving a unit; its backward runs before the unit's backward: the
+// unit is gathered again (its all-gather was prefetched) and the one before starts gathering.
+struct UnitOutputBoundary : torch::autograd::Function<UnitOutputBoundary> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                FsdpModule::Impl* impl, int64_t unit) {
+    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
+    ctx->saved_data["unit"] = unit;
+    return {x};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* impl = reinterpret_cast<FsdpModule::Impl*>(ctx->saved_data["impl"].toInt());
+    impl->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], {}, {}};
+  }
+};
+
+}  // namespace
+
+FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.mesh = std::move(mesh);
+  m.options = options;
+  m.strategy = strategy_of(m.mesh, options.reshard_after_forward);
+  if (units.empty()) throw ValueError("FsdpModule: no units");
+  torch::NoGradGuard no_grad;
+  const int S = m.S(), r = m.mesh.shard_rank();
+  for (auto& unit : units) {
+    Unit u;
+    u.name = unit.name;
+    for (auto& np : unit.parameters) {
+      Param p;
+      p.name = np.name;
+      p.param = np.tensor;
+      p.full_shape = np.tensor.sizes().vec();
+      p.dtype = np.tensor.scalar_type();
+      p.rows = np.tensor.dim() == 0 ? 1 : np.tensor.size(0);
+      p.row_numel = p.rows == 0 ? 0 : np.tensor.numel() / p.rows;
+      p.rows_per_shard = (p.rows + S - 1) / S;
+      auto full = np.tensor.detach().reshape({p.rows, p.row_numel}).to(at::kFloat);
+      auto shard = torch::zeros({p.rows_per_shard, p.row_numel}, full.options());
+      const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
+      const int64_t end = std::min<int64_t>(begin + p.rows_per_shard, p.rows);
+      if (end > begin) shard.narrow(0, 0, end - begin).copy_(full.narrow(0, begin, end - begin));
+      p.shard = shard.reshape({-1});
+      const auto compute = m.options.mixed_precision.param_dtype;
+      if (S == 1 && compute == at::kFloat) {
+        p.full = p.shard.view(p.full_shape);  // NO_SHARD in float32: parameter and master share storage
+      } else {
+        p.full = torch::empty(p.full_shape, np.tensor.options().dtype(compute));
+        if (S == 1) p.full.view({-1}).copy_(p.shard);
+      }
+      np.tensor.set_data(p.full);
+      u.params.push_back(m.params.size());
+      u.shard_numel += p.shard_numel();
+      m.params.push_back(std::move(p));
+    }
+    m.units.push_back(std::move(u));
+  }
+  for (auto& u : m.units) {
+    if (m.sharded()) {
+      for (size_t i : u.params) release_storage(m.params[i].full);
+    } else {
+      u.gathered = true;
+    }
+  }
+  m.peak = 0;
+}
+
+FsdpModule::~FsdpModule() {
+  try {
+    impl_->settle();
+    for (auto& u : impl_->units)
+      if (u.reduce_work) u.reduce_work->wait();
+  } catch (...) {
+  }
+}
+
+ShardingStrategy FsdpModule::strategy() const {
+  return impl_->strategy;
+}
+const DeviceMesh& FsdpModule::mesh() const {
+  return impl_->mesh;
+}
+int FsdpModule::num_units() const {
+  return static_cast<int>(impl_->units.size());
+}
+int FsdpModule::root_unit() const {
+  return impl_->root();
+}
+const std::string& FsdpModule::unit_name(int unit) const {
+  return impl_->units.at(static_cast<size_t>(unit)).name;
+}
+
+int FsdpModule::find_unit(const std::string& name) const {
+  for (size_t i = 0; i < impl_->units.size(); ++i)
+    if (impl_->units[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+void FsdpModule::begin_forward() {
+  auto& m = *impl_;
+  for (auto& u : m.units) u.backward_pending = false;  // a forward whose backward never ran
+  if (!m.sharded() && m.options.mixed_precision.param_dtype != at::kFloat)
+    for (auto& u : m.units) m.materialize_replicated(u);  // the casts follow the last step
+  m.finish_gather(m.root());
+  if (m.root() > 0) m.start_gather(0);
+  if (torch::GradMode::is_enabled()) m.units[static_cast<size_t>(m.root())].backward_pending = true;
+}
+
+at::Tensor FsdpModule::enter_unit(int unit, const at::Tensor& x) {
+  auto& m = *impl_;
+  if (unit < 0 || unit >= m.root()) throw ValueError("FsdpModule::enter_unit: no layer unit " + std::to_string(unit));
+  m.finish_gather(unit);
+  if (unit + 1 < m.root()) m.start_gather(unit + 1);
+  if (!torch::GradMode::is_enabled()) return x;
+  m.units[static_cast<size_t>(unit)].backward_pending = true;
+  if (!x.requires_grad()) return x;  // finish_backward reduces this unit
+  return UnitInputBoundary::apply(x, impl_.get(), unit)[0];
+}
+
+at::Tensor FsdpModule::exit_unit(int unit, const at::Tensor& x) {
+  auto& m = *impl_;
+  if (!torch::GradMode::is_enabled()) {
+    m.free_unit(unit);
+    return x;
+  }
+  if (m.options.reshard_after_forward) m.free_unit(unit);
+  return UnitOutputBoundary::apply(x, impl_.get(), unit)[0];
+}
+
+void FsdpModule::finish_backward() {
+  auto& m = *impl_;
+  for (int ui = m.root(); ui >= 0; --ui) m.post_backward(ui);
+  for (int ui : m.reduce_order) m.wait_reduce(ui);
+  m.reduce_order.clear();
+  m.settle();
+}
+
+void FsdpModule::end_forward() {
+  impl_->settle();
+}
+
+void FsdpModule::set_requires_gradient_sync(bool sync) {
+  impl_->sync = sync;
+}
+
+void FsdpModule::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& use) {
+  auto& m = *impl_;
+  torch::NoGradGuard no_grad;
+  m.settle();
+  if (!m.sharded())
+    for (auto& u : m.units) m.materialize_replicated(u);
+  m.start_gather(0);
+  for (int ui = 0; ui <= m.root(); ++ui) {
+    m.finish_gather(ui);
+    if (ui < m.root()) m.start_gather(ui + 1);
+    for (size_t i : m.units[static_cast<size_t>(ui)].params) use(m.params[i].name, m.params[i].full);
+    m.free_unit(ui);
+  }
+}
+
+void FsdpModule::unshard_all() {
+  auto& m = *impl_;
+  if (!m.sharded()) {
+    for (auto& u : m.units) m.materialize_replicated(u);
+    return;
+  }
+  m.start_gather(0);
+  for (int ui = 0; ui <= m.root(); ++ui) {
+    m.finish_gather(ui);
+    if (ui < m.root()) m.start_gather(ui + 1);
+  }
+}
+
+void FsdpModule::reshard_all() {
+  impl_->settle();
+}
+
+std::vector<at::Tensor> FsdpModule::local_shards() const {
+  std::vector<at::Tensor> out;
+  for (const auto& p : impl_->params) out.push_back(p.shard);
+  return out;
+}
+
+std::vector<FsdpModule::ShardInfo> FsdpModule::shard_infos() const {
+  std::vector<ShardInfo> out;
+  for (const auto& p : impl_->params) out.push_back({p.name, p.full_shape, p.rows, p.rows_per_shard, p.dtype});
+  return out;
+}
+
+void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, const std::string& source) {
+  auto& m = *impl_;
+  torch::NoGradGuard no_grad;
+  m.settle();
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& np : full) by_name[np.name] = &np.tensor;
+  const int64_t r = m.mesh.shard_rank();
+  for (auto& p : m.params) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) throw KeyError(source + ": no tensor '" + p.name + "'");
+    const auto& t = *it->second;
+    if (t.sizes().vec() != p.full_shape)
+      throw ShapeError(source + ": tensor '" + p.name + "' has shape " + c10::str(t.sizes()) + ", the model has " +
+                       c10::str(c10::IntArrayRef(p.full_shape)));
+    auto rows = t.reshape({p.rows, p.row_numel}).to(p.shard.device(), at::kFloat);
+    auto shard = p.shard.view({p.rows_per_shard, p.row_numel});
+    shard.zero_();
+    const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
+    const int64_t end = std::min<int64_t>(begin + p.rows_per_shard, p.rows);
+    if (end > begin) shard.narrow(0, 0, end - begin).copy_(rows.narrow(0, begin, end - begin));
+  }
+  if (!m.sharded())
+    for (auto& u : m.units) m.materialize_replicated(u);
+}
+
+int64_t FsdpModule::sharded_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : impl_->params) {
+    bytes += p.shard.numel() * 4;
+    if (p.shard.grad().defined()) bytes += p.shard.grad().numel() * 4;
+  }
+  return bytes;
+}
+
+int64_t FsdpModule::materialized_bytes() const {
+  int64_t bytes = impl_->materialized;
+  for (const auto& p : impl_->params)
+    if (p.param.grad().defined()) bytes += p.param.grad().numel() * p.param.grad().element_size();
+  return bytes;
+}
+
+int64_t FsdpModule::peak_materialized_bytes() const {
+  return impl_->peak;
+}
+void FsdpModule::reset_peak() {
+  impl_->peak = impl_->materialized;
+}
+
+}  // namespace hyflow::parallel

@@ -1,0 +1,167 @@
+// Sharded checkpoints (hyflow/parallel/fsdp_checkpoint.hpp) of a tiny decoder LM: saved on 4
+// ranks, loaded on 2 and 1, merged by hyflow-model-merger into a Hugging Face folder.
+#include <hyflow/core/error.hpp>
+#include <hyflow/core/net.hpp>
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/parallel/fsdp_checkpoint.hpp>
+
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+using namespace hyflow;
+using namespace hyflow::parallel;
+namespace fs = std::filesystem;
+
+namespace {
+
+models::ModelConfig tiny() {
+  models::ModelConfig c;
+  c.architecture = "Qwen2ForCausalLM";  // QKV bias, none on o_proj
+  c.vocab_size = 21;                    // rows that divide by neither 2 nor 4
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 32;
+  c.qkv_bias = true;
+  return c;
+}
+
+std::map<std::string, at::Tensor> initial_state() {
+  torch::manual_seed(11);
+  models::CausalLM model(tiny());
+  std::map<std::string, at::Tensor> state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach().clone();
+  return state;
+}
+
+models::CausalLM model_from(const std::map<std::string, at::Tensor>& state, bool zero = false) {
+  models::CausalLM model(tiny());
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    if (zero)
+      item.value().zero_();
+    else
+      item.value().copy_(state.at(item.key()));
+  }
+  return model;
+}
+
+std::shared_ptr<FsdpModule> shard(models::CausalLM& model, const std::shared_ptr<ProcessGroup>& pg, int64_t fsdp_size) {
+  std::vector<NamedParameter> params;
+  for (const auto& item : model->named_parameters()) params.push_back({item.key(), item.value()});
+  return std::make_shared<FsdpModule>(units_by_layer(params, 0), make_device_mesh(pg, fsdp_size), FsdpOptions{});
+}
+
+template <class Fn>
+void run_ranks(int n, Fn fn) {
+  const int port = pick_free_port();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(std::make_shared<ProcessGroup>(
+            ProcessGroupOptions{.rank = r, .world_size = n, .master_port = port, .timeout = std::chrono::seconds(20)}));
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() / ("hyflow_fsdp_ckpt_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+void save_on(int n, int64_t fsdp_size, const std::map<std::string, at::Tensor>& state, const fs::path& dir) {
+  run_ranks(n, [&](const std::shared_ptr<ProcessGroup>& pg) {
+    auto model = model_from(state);
+    auto fsdp = shard(model, pg, fsdp_size);
+    save_sharded_parameters(*fsdp, dir, {{"config", models::config_to_json(tiny())}}, pg.get());
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint saved on 4 ranks loads on 2 and on 1 rank and merges to a Hugging Face folder, all equal") {
+  const auto state = initial_state();
+  TempDir dir("n4");
+  save_on(4, -1, state, dir.path);
+  CHECK(fs::exists(dir.path / "fsdp_manifest.json"));
+  for (int r = 0; r < 4; ++r) CHECK(fs::exists(dir.path / ("model_shard_" + std::to_string(r) + "_of_4.bin")));
+
+  run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
+    auto model = model_from(state, /*zero=*/true);
+    auto fsdp = shard(model, pg, -1);
+    fsdp->load_full_parameters(load_sharded_parameters(dir.path), dir.path.string());
+    fsdp->for_each_full_parameter([&](const std::string& name, const at::Tensor& full) {
+      INFO(name);
+      CHECK(torch::equal(full, state.at(name)));
+    });
+  });
+
+  nlohmann::json extra;
+  const auto one = load_sharded_parameters(dir.path, &extra);
+  CHECK(one.size() == state.size());
+  for (const auto& p : one) CHECK(torch::equal(p.tensor, state.at(p.name)));
+  CHECK(extra.at("config").at("vocab_size") == 21);
+
+  TempDir hf("hf");
+  const std::string command = std::string(HYFLOW_MODEL_MERGER) + " merge --backend fsdp --local_dir " +
+                              dir.path.string() + " --target_dir " + hf.path.string() + " > /dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  auto merged = models::load_causal_lm(hf.path);
+  for (const auto& item : merged->named_parameters()) CHECK(torch::equal(item.value(), state.at(item.key())));
+}
+
+TEST_CASE("HYBRID_SHARD writes one replica's shards; they load as the full model") {
+  const auto state = initial_state();
+  TempDir dir("hybrid");
+  save_on(4, 2, state, dir.path);
+  CHECK(fs::exists(dir.path / "model_shard_1_of_2.bin"));
+  CHECK_FALSE(fs::exists(dir.path / "model_shard_2_of_4.bin"));
+  for (const auto& p : load_sharded_parameters(dir.path)) CHECK(torch::equal(p.tensor, state.at(p.name)));
+}
+
+TEST_CASE("a damaged sharded checkpoint is a FormatError naming the file") {
+  const auto state = initial_state();
+  TempDir dir("damaged");
+  save_on(2, -1, state, dir.path);
+  const auto shard1 = dir.path / "model_shard_1_of_2.bin";
+  {
+    std::fstream f(shard1, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(17);
+    f.put('\x7f');
+  }
+  CHECK_THROWS_WITH(load_sharded_parameters(dir.path),
+                    Catch::Contains("model_shard_1_of_2.bin") && Catch::Contains("checksum"));
+  fs::resize_file(shard1, 40);
+  CHECK_THROWS_WITH(load_sharded_parameters(dir.path),
+                    Catch::Contains("model_shard_1_of_2.bin") && Catch::Contains("40 bytes"));
+  fs::remove(shard1);
+  CHECK_THROWS_AS(load_sharded_parameters(dir.path), hyflow::FormatError);
+  fs::remove(dir.path / "fsdp_manifest.json");
+  CHECK_THROWS_WITH(load_sharded_parameters(dir.path), Catch::Contains("fsdp_manifest.json"));
+  TempDir hf("hf_bad");
+  const std::string command = std::string(HYFLOW_MODEL_MERGER) + " merge --backend fsdp --local_dir " +
+                              dir.path.string() + " --target_dir " + hf.path.string() + " 2> /dev/null";
+  CHECK(std::system(command.c_str()) != 0);
+}
