@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds hyflow, warms up the built-in tiny char-level
-# model by SFT on the synthetic arithmetic task, then trains it with GRPO (hyflow-grpo,
-# config/grpo_arithmetic.ini) on 2 in-process workers and writes a plot of reward and
-# validation accuracy per step. Nothing is downloaded besides what install-deps.sh installs.
+# model by SFT on the synthetic arithmetic task (400 steps, config/sft_arithmetic.ini), then
+# trains it with GRPO (hyflow-grpo, config/grpo_arithmetic.ini: 2000 steps) on 2 in-process
+# workers and writes a plot of reward and validation accuracy per step. Goal: >= 0.8 greedy
+# accuracy on the 512 held-out problems within 10 minutes on 2 cores once the build is done.
+# Nothing is downloaded besides what install-deps.sh installs.
 # Usage: scripts/main-job.sh [output-dir]   (default: checkpoints/main-job)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +47,6 @@ svg.append(f'<polyline fill="none" stroke="#d62728" stroke-width="2" points="{pt
 svg.append(f'<text x="{L+10}" y="16" fill="#1f77b4">train reward (critic/score/mean)</text>')
 svg.append(f'<text x="{L+260}" y="16" fill="#d62728">{key}</text></svg>')
 open(sys.argv[2], "w").write("\n".join(svg))
-print(f"main job: {key} {acc[0][1]:.3f} (step {acc[0][0]}) -> {acc[-1][1]:.3f} (step {acc[-1][0]}); "
+print(f"main job: {key} {acc[0][1]:.3f} (step {acc[0][0]}: SFT alone) -> {acc[-1][1]:.3f} (step {acc[-1][0]}); "
       f"{int(sys.argv[3]) / 60:.1f} min including install and build; plot {sys.argv[2]}")
 PY

@@ -1,5 +1,6 @@
-// Scorers for hyflow's built-in synthetic tasks: arithmetic ("a+b=" -> number) and
-// countdown (reach a target with + - * / over given numbers).
+// Scorers for hyflow's built-in synthetic tasks: arithmetic ("a+b=" -> number), countdown
+// (reach a target with + - * / over given numbers) and char_count (verl-recipe char_count:
+// how often a letter occurs in a word, the count boxed).
 #include <hyflow/core/error.hpp>
 #include <hyflow/algos/reward_score.hpp>
 
@@ -211,4 +212,30 @@ double compute_score(const std::string& solution_str, const nlohmann::json& grou
 }
 
 }  // namespace countdown
+
+namespace char_count {
+
+std::optional<std::string> extract_answer(const std::string& solution_str) {
+  if (auto boxed = math::last_boxed_only_string(solution_str)) {
+    try {
+      return math::remove_boxed(*boxed);
+    } catch (const ValueError&) {
+      return std::nullopt;  // verl's reward catches the failed remove_boxed and scores 0
+    }
+  }
+  constexpr std::string_view open = "<answer>", close = "</answer>";
+  const size_t start = solution_str.rfind(open);
+  if (start == std::string::npos) return std::nullopt;
+  const size_t body = start + open.size();
+  const size_t end = solution_str.find(close, body);
+  if (end == std::string::npos) return std::nullopt;
+  return solution_str.substr(body, end - body);
+}
+
+double compute_score(const std::string& solution_str, const std::string& ground_truth) {
+  const auto answer = extract_answer(solution_str);
+  return answer && *answer == ground_truth ? 1.0 : 0.0;
+}
+
+}  // namespace char_count
 }  // namespace hyflow::algos::reward_score

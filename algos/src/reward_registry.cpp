@@ -59,6 +59,9 @@ ScoreResult default_compute_score(const std::string& data_source, const std::str
     return {arithmetic::compute_score(solution_str, text_of(ground_truth, data_source))};
   }
   if (data_source == "countdown") return {countdown::compute_score(solution_str, ground_truth)};
+  if (data_source == "char_count") {
+    return {char_count::compute_score(solution_str, text_of(ground_truth, data_source))};
+  }
   if (starts_with(data_source, "numina_") || starts_with(data_source, "searchR1_") ||
       one_of(data_source, {"codecontests", "apps", "codeforces", "taco", "hiyouga/geometry3k"})) {
     throw KeyError("default_compute_score: data_source '" + data_source +
@@ -67,7 +70,8 @@ ScoreResult default_compute_score(const std::string& data_source, const std::str
   }
   throw KeyError("default_compute_score: no rule scorer for data_source '" + data_source +
                  "' (known: openai/gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
-                 "HuggingFaceH4/MATH-500, math_dapo, math, math_dapo_reasoning, aime*, arithmetic, countdown)");
+                 "HuggingFaceH4/MATH-500, math_dapo, math, math_dapo_reasoning, aime*, arithmetic, countdown, "
+                 "char_count)");
 }
 
 void register_compute_score(const std::string& name, ComputeScoreFn fn, bool overwrite) {

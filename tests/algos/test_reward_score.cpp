@@ -146,6 +146,30 @@ TEST_CASE("countdown evaluator: arithmetic only, no power, no division by zero")
   REQUIRE_FALSE(countdown::validate_equation("10 - 3", {3, 10, 3}));
 }
 
+TEST_CASE("char_count: exact match of the last boxed answer, as verl-recipe char_count") {
+  const std::string cot = "s != r.\nr = r.\na != r.\n";
+  REQUIRE(char_count::extract_answer(cot + "\\boxed{1} r in s-r-a.") == std::optional<std::string>("1"));
+  REQUIRE(char_count::compute_score(cot + "\\boxed{1} r in s-r-a.", "1") == 1.0);
+  REQUIRE(char_count::compute_score("\\boxed{2} then \\boxed{1}", "1") == 1.0);  // the last box counts
+  REQUIRE(char_count::compute_score("\\boxed{1} then \\boxed{2}", "1") == 0.0);
+  REQUIRE(char_count::compute_score("\\boxed{ 1}", "1") == 0.0);  // no normalisation
+  REQUIRE(char_count::compute_score("\\boxed{01}", "1") == 0.0);
+  REQUIRE(char_count::compute_score("\\boxed 1$", "1") == 1.0);  // verl's "\boxed " form
+  REQUIRE(char_count::compute_score("\\fbox{1}", "1") == 0.0);   // remove_boxed rejects it: verl scores 0
+  REQUIRE(char_count::compute_score("the answer is 1", "1") == 0.0);
+  REQUIRE_FALSE(char_count::extract_answer("no answer"));
+}
+
+TEST_CASE("char_count: the built-in task's <answer> tags box the answer when there is no \\boxed") {
+  REQUIRE(char_count::compute_score("s != r.\nr = r.\n<answer>1</answer>", "1") == 1.0);
+  REQUIRE(char_count::compute_score("<answer>3</answer><answer>1</answer>", "1") == 1.0);  // the last tags
+  REQUIRE(char_count::compute_score("<answer>1</answer><answer>3</answer>", "1") == 0.0);
+  REQUIRE(char_count::compute_score("<answer>1", "1") == 0.0);  // unclosed
+  REQUIRE(char_count::compute_score("<answer>1 </answer>", "1") == 0.0);
+  REQUIRE(char_count::compute_score("<answer>1</answer> \\boxed{2}", "1") == 0.0);  // a box takes precedence
+  REQUIRE(char_count::extract_answer("<answer></answer>") == std::optional<std::string>(""));
+}
+
 TEST_CASE("default_compute_score routes by data_source and names unknown ones") {
   REQUIRE(default_compute_score("openai/gsm8k", "#### 7", "7").score == 1.0);
   // verl's names in extra_info are data, not options: "method" is ignored, as in verl
@@ -162,6 +186,10 @@ TEST_CASE("default_compute_score routes by data_source and names unknown ones") 
   REQUIRE(default_compute_score("arithmetic", "3+4=7", 7).score == 1.0);
   REQUIRE(default_compute_score("countdown", "<answer>3+4</answer>", Json{{"target", 7}, {"numbers", {3, 4}}})
               .score == 1.0);
+  REQUIRE(default_compute_score("char_count", "a = a.\n<answer>1</answer>", "1").score == 1.0);
+  REQUIRE(default_compute_score("char_count", "\\boxed{2}", 2).score == 1.0);  // a number as ground truth
+  REQUIRE(default_compute_score("char_count", "\\boxed{2}", "1").score == 0.0);
+  REQUIRE_THROWS_AS(default_compute_score("char_count", "\\boxed{2}", Json::array()), hyflow::ValueError);
   REQUIRE_THROWS_AS(default_compute_score("my/dataset", "x", "y"), hyflow::KeyError);
   REQUIRE_THROWS_WITH(default_compute_score("my/dataset", "x", "y"), Catch::Contains("my/dataset"));
   REQUIRE_THROWS_WITH(default_compute_score("numina_olympiads", "x", "y"), Catch::Contains("numina_olympiads"));

@@ -1,4 +1,5 @@
-// Datasets (JSONL, built-in arithmetic task, padding/truncation) and reward managers.
+// Datasets (JSONL, built-in arithmetic and char_count tasks, padding/truncation) and reward managers.
+#include <hyflow/algos/reward_score.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/config.hpp>
@@ -8,8 +9,11 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 
 using namespace hyflow;
@@ -122,6 +126,83 @@ TEST_CASE("arithmetic task: deterministic in the seed, sums as ground truth") {
     CHECK(a[i].response == std::to_string(x + y));
   }
   CHECK(differs);
+}
+
+TEST_CASE("char_count task: verl-recipe prompts, a spelled-out count, the count as ground truth") {
+  const auto a = make_char_count_task(200, 8, 3), b = make_char_count_task(200, 8, 3),
+             c = make_char_count_task(200, 8, 4);
+  const std::string head = "How many ", middle = " are there in word ";
+  bool differs = false;
+  std::set<int64_t> lengths, counts;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    CHECK(a[i].response == b[i].response);
+    differs |= a[i].prompt != c[i].prompt;
+    const auto& p = a[i].prompt;
+    REQUIRE(p.rfind(head, 0) == 0);
+    REQUIRE(p.substr(head.size() + 1, middle.size()) == middle);
+    REQUIRE(p.back() == '?');
+    const char target = p[head.size()];
+    const std::string dashed = p.substr(head.size() + 1 + middle.size(), p.size() - head.size() - middle.size() - 2);
+    std::string word, steps;
+    for (size_t k = 0; k < dashed.size(); ++k) {
+      if (k % 2 == 1) {
+        REQUIRE(dashed[k] == '-');
+        continue;
+      }
+      REQUIRE(std::islower(static_cast<unsigned char>(dashed[k])));
+      word += dashed[k];
+      steps += std::string(1, dashed[k]) + (dashed[k] == target ? " = " : " != ") + target + ".\n";
+    }
+    const auto hits = std::count(word.begin(), word.end(), target);
+    CHECK(hits >= 1);
+    CHECK(word.size() >= 3);
+    CHECK(word.size() <= 8);
+    lengths.insert(static_cast<int64_t>(word.size()));
+    counts.insert(hits);
+    CHECK(a[i].data_source == "char_count");
+    CHECK(a[i].ground_truth == std::to_string(hits));
+    CHECK(a[i].response == steps + "<answer>" + std::to_string(hits) + "</answer>");
+    CHECK(algos::reward_score::default_compute_score("char_count", a[i].response, a[i].ground_truth).score == 1.0);
+  }
+  CHECK(differs);
+  CHECK(lengths == std::set<int64_t>{3, 4, 5, 6, 7, 8});
+  CHECK(counts == std::set<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(make_char_count_task(5, 1, 0)[0].prompt.size() == head.size() + 1 + middle.size() + 2);  // one letter
+}
+
+TEST_CASE("char_count task: correct_fraction spoils that share of SFT answers; bad sizes are errors") {
+  const auto rows = make_char_count_task(400, 6, 9, 0.5);
+  int right = 0;
+  for (const auto& r : rows) {
+    const double score = algos::reward_score::default_compute_score("char_count", r.response, r.ground_truth).score;
+    right += score == 1.0 ? 1 : 0;
+  }
+  CHECK(right > 150);
+  CHECK(right < 250);
+  REQUIRE_THROWS_AS(make_char_count_task(4, 0, 0), ValueError);
+  REQUIRE_THROWS_WITH(make_char_count_task(4, 0, 0), Catch::Contains("data.synthetic.max_operand"));
+  REQUIRE_THROWS_AS(make_char_count_task(-1, 5, 0), ValueError);
+}
+
+TEST_CASE("built-in tasks by name: arithmetic and char_count; an unknown one names the key") {
+  SyntheticTask t{.task = "char_count", .size = 10, .max_operand = 5, .seed = 2};
+  const auto rows = load_samples("", t);
+  REQUIRE(rows.size() == 10);
+  CHECK(rows[0].prompt == make_char_count_task(10, 5, 2)[0].prompt);
+  t.task = "arithmetic";
+  CHECK(load_samples("", t)[0].data_source == "arithmetic");
+  t.task = "char-count";
+  REQUIRE_THROWS_AS(load_samples("", t), ValueError);
+  REQUIRE_THROWS_WITH(load_samples("", t), Catch::Contains("data.synthetic.task") && Catch::Contains("char_count"));
+}
+
+TEST_CASE("char_count rows tokenize with the char tokenizer for RL and SFT") {
+  const auto rows = make_char_count_task(50, 8, 1);
+  RLDataset rl(rows, char_tok(), {.max_prompt_length = 45});  // the longest: 8 letters
+  CHECK(rl.size() == 50);
+  SFTDataset sft(rows, char_tok(), 128);
+  CHECK(sft.size() == 50);
 }
 
 TEST_CASE("RL batch: prompts left-padded to max_prompt_length with verl position ids") {

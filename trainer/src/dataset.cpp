@@ -1,10 +1,11 @@
-// JSONL reading, the built-in arithmetic task and tokenization of RL/SFT rows.
+// JSONL reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/bpe_tokenizer.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/config.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fstream>
@@ -109,12 +110,59 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
   return out;
 }
 
+std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed, double correct_fraction) {
+  if (count < 0) throw ValueError("char_count task: count must be >= 0, got " + std::to_string(count));
+  if (max_length < 1)
+    throw ValueError("char_count task: the longest word (data.synthetic.max_operand) must be >= 1, got " +
+                     std::to_string(max_length));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> length(std::min<int64_t>(3, max_length), max_length);
+  std::uniform_int_distribution<int> letter(0, 25), other(0, 24);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> offset(1, 9);
+  std::vector<Sample> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = length(rng);
+    const int64_t hits = std::uniform_int_distribution<int64_t>(1, n)(rng);
+    const char target = static_cast<char>('a' + letter(rng));
+    std::string word;
+    for (int64_t k = 0; k < n; ++k) {
+      if (k < hits) {
+        word += target;
+      } else {
+        const char c = static_cast<char>('a' + other(rng));  // 25 letters: skip the target
+        word += c >= target ? static_cast<char>(c + 1) : c;
+      }
+    }
+    std::shuffle(word.begin(), word.end(), rng);
+    std::string dashed, steps;
+    for (char c : word) {
+      if (!dashed.empty()) dashed += '-';
+      dashed += c;
+      steps += std::string(1, c) + (c == target ? " = " : " != ") + target + ".\n";
+    }
+    Sample s;
+    s.prompt = std::string("How many ") + target + " are there in word " + dashed + "?";
+    s.data_source = "char_count";
+    s.ground_truth = std::to_string(hits);
+    const bool correct = unit(rng) < correct_fraction;
+    s.response = steps + "<answer>" + std::to_string(correct ? hits : hits + offset(rng)) + "</answer>";
+    s.extra_info = {{"index", i}, {"split", "synthetic"}};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
                                  const std::string& prompt_key, const std::string& response_key) {
   if (files.empty()) {
-    if (synthetic.task != "arithmetic")
-      throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task + "' (arithmetic)");
-    return make_arithmetic_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
+    if (synthetic.task == "arithmetic")
+      return make_arithmetic_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
+    if (synthetic.task == "char_count")
+      return make_char_count_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
+    throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task +
+                     "' (arithmetic, char_count)");
   }
   std::vector<Sample> out;
   std::stringstream ss(files);

@@ -1,8 +1,8 @@
 #pragma once
 // Rule-based reward scorers of verl's verl/utils/reward_score/ (gsm8k, math_reward,
-// math_dapo, default_compute_score) plus hyflow's built-in tasks (arithmetic, countdown) and
-// a registry of named compute_score functions. Strings are UTF-8; "last N characters"
-// counts code points like Python. Differences from verl are listed in docs/algorithms.md.
+// math_dapo, default_compute_score) plus hyflow's built-in tasks (arithmetic, countdown,
+// char_count) and a registry of named compute_score functions. Strings are UTF-8; "last N
+// characters" counts code points like Python. Differences from verl are listed in docs/algorithms.md.
 
 #include <nlohmann/json.hpp>
 
@@ -96,9 +96,21 @@ double compute_score(const std::string& solution_str, const nlohmann::json& grou
                      double format_score = 0.1, double score = 1.0);
 }  // namespace countdown
 
+namespace char_count {
+/// The answer of a char_count response. A response with a boxed expression (verl's
+/// math last_boxed_only_string) answers with its content (remove_boxed; nullopt for a form
+/// remove_boxed rejects, such as \fbox{...}, which verl's reward scores 0). Otherwise the text
+/// between the last "<answer>" and the "</answer>" after it: how hyflow's built-in task
+/// writes it, the char tokenizer having no backslash or braces. Neither: nullopt.
+std::optional<std::string> extract_answer(const std::string& solution_str);
+/// verl-recipe char_count's reward: 1.0 if the answer equals ground_truth exactly (no
+/// normalisation, " 3" is not "3"), 0.0 otherwise or without an answer.
+double compute_score(const std::string& solution_str, const std::string& ground_truth);
+}  // namespace char_count
+
 /// Routes by data_source: openai/gsm8k; lighteval/MATH, DigitalLearningGmbH/MATH-lighteval,
 /// HuggingFaceH4/MATH-500; math_dapo, math, math_dapo_reasoning, aime*; arithmetic;
-/// countdown. Unknown or unavailable data sources: hyflow::KeyError naming it.
+/// countdown; char_count. Unknown or unavailable data sources: hyflow::KeyError naming it.
 /// hyflow extension: extra_info["hyflow_gsm8k_method"] ("strict" | "flexible") picks the
 /// gsm8k method (verl always uses strict); verl's own keys are never read.
 ScoreResult default_compute_score(const std::string& data_source, const std::string& solution_str,

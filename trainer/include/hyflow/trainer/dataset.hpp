@@ -1,9 +1,9 @@
 #pragma once
 // RL and SFT datasets (verl's rl_dataset.py / sft_dataset.py): JSONL rows with verl's columns
 // (prompt as chat messages or text, data_source, reward_model.ground_truth, extra_info), the
-// built-in synthetic arithmetic task, tokenization with left padding (RL) or right padding
-// with a loss mask (SFT), prompt-length filtering and truncation modes, and the seeded
-// epoch order of the sampler.
+// built-in synthetic tasks (arithmetic, char_count), tokenization with left padding (RL) or
+// right padding with a loss mask (SFT), prompt-length filtering and truncation modes, and the
+// seeded epoch order of the sampler.
 
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/models/tokenizer.hpp>
@@ -38,7 +38,19 @@ std::vector<Sample> read_jsonl(const std::string& path, const std::string& promp
 std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uint64_t seed,
                                          double correct_fraction = 1.0);
 
-/// Rows of a file list ("a.jsonl,b.jsonl") or, when `files` is empty, of the built-in task.
+/// The built-in char_count task (verl-recipe char_count): "How many r are there in word s-t-r-a-w?"
+/// for a dashed word of 3..max_length random lowercase letters (max_length < 3: exactly
+/// max_length letters) holding the asked letter 1..length times (uniform), the other letters
+/// different from it. The SFT response spells the word out, one line per letter ("s != r." or
+/// "r = r.") and ends with the count in answer tags, "<answer>1</answer>" (the char tokenizer
+/// has no backslash or braces for verl's \boxed{1}); the count as text is the ground truth,
+/// data_source "char_count". Deterministic in `seed`; correct_fraction < 1 gives that fraction
+/// of right SFT answers (the others' count off by 1..9). max_length must be >= 1.
+std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed,
+                                         double correct_fraction = 1.0);
+
+/// Rows of a file list ("a.jsonl,b.jsonl") or, when `files` is empty, of the built-in task
+/// (`task` arithmetic or char_count; `max_operand` is char_count's longest word).
 struct SyntheticTask {
   std::string task = "arithmetic";
   int64_t size = 0;
