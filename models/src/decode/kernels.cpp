@@ -73,9 +73,11 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// pf: the next weight tile (R rows of `in`), fetched into the cache while this one computes, so
+// the memory stays busy during the activation tiles that reuse a weight tile from L1.
 template <int R, int C>
-__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* w, int64_t in,
-                                                   float* dots) {
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* w, int64_t in, float* dots,
+                                                   const float* pf) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -84,6 +86,13 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
   }
   int64_t k = 0;
   for (; k + 8 <= in; k += 8) {
+    if (pf != nullptr) {
+      // two cache lines per iteration: all R rows of the next tile over the loop (R = 4)
+      const int64_t line = (k / 8) * 2;
+      const int64_t row = line % R, col = (line / R) * 16;
+      _mm_prefetch(reinterpret_cast<const char*>(pf + row * in + col), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf + ((line + 1) % R) * in + ((line + 1) / R) * 16), _MM_HINT_T0);
+    }
     __m256 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * in + k);
@@ -144,10 +153,10 @@ bool use_avx2() {
 
 // Dots of weight rows [o, o + nr) with activation rows [m, m + nc), nr in {4, 1..3 as 1s}.
 template <bool Avx2>
-void tile(const float* x, int64_t ldx, int nc, const float* w, int64_t in, float* dots) {
+void tile(const float* x, int64_t ldx, int nc, const float* w, int64_t in, float* dots, const float* pf) {
   auto run = [&]<int R, int C>() {
 #ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return tile_avx2<R, C>(x, ldx, w, in, dots);
+    if constexpr (Avx2) return tile_avx2<R, C>(x, ldx, w, in, dots, pf);
 #endif
     tile_portable<R, C>(x, ldx, w, in, dots);
   };
@@ -164,7 +173,7 @@ template <bool Avx2>
 void tile_one_row(const float* x, int64_t ldx, int nc, const float* w, int64_t in, float* dots) {
   auto run = [&]<int C>() {
 #ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return tile_avx2<1, C>(x, ldx, w, in, dots);
+    if constexpr (Avx2) return tile_avx2<1, C>(x, ldx, w, in, dots, nullptr);
 #endif
     tile_portable<1, C>(x, ldx, w, in, dots);
   };
@@ -193,7 +202,8 @@ void linear_impl(const float* x, int64_t ldx, int64_t rows, const float* w, cons
           const int nc = static_cast<int>(std::min<int64_t>(kTileCols, m1 - m));
           const float* xm = x + m * ldx;
           if (nr == kTileRows) {
-            tile<Avx2>(xm, ldx, nc, w + o * in, in, dots);
+            const float* pf = o + 2 * kTileRows <= out ? w + (o + kTileRows) * in : nullptr;
+            tile<Avx2>(xm, ldx, nc, w + o * in, in, dots, pf);
             for (int r = 0; r < nr; ++r) {
               for (int c = 0; c < nc; ++c) {
                 const float v = bias != nullptr ? dots[r * nc + c] + bias[o + r] : dots[r * nc + c];
