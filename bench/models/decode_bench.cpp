@@ -10,7 +10,8 @@
 //   prefix_sharing_*       prefill time and KV bytes per prompt, n = 8 vs n = 1
 //   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
 //
-// Usage: decode_bench [--threads N] [--quick] [--case 42m|110m]
+// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m]
+// Times are CPU time of the process unless --wall (see now_s).
 
 #include "bench_json.hpp"
 
@@ -28,6 +29,7 @@
 #include <immintrin.h>
 #endif
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -38,10 +40,22 @@ using namespace hyflow::models;
 
 namespace {
 
+// CPU time of the process (every figure runs on one thread): the development machine is shared
+// with other jobs, and CPU time leaves out the time slices they take. On an idle machine it
+// equals wall time; --wall switches back to wall time.
+bool g_wall = false;
+
+double now_s() {
+  if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double seconds(const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now_s();
   fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return now_s() - t0;
 }
 
 double best_of(int repeats, const std::function<void()>& fn) {
@@ -169,6 +183,50 @@ struct Figures {
   double bandwidth, sgemm_mm, sgemm_onednn;
 };
 
+// Where a batch-1 decode step goes: the engine's GEMM over every weight matrix of the model (the
+// real parameters, one activation row), its attention for every layer and head over the mean
+// context, and the rest (norms, rotary, SwiGLU, KV writes, argmax, scheduling) as the remainder.
+void profile_step(const std::string& name, CausalLM& model, double mean_context, double step_s) {
+  c10::InferenceMode inference;
+  const auto& c = model->config();
+  std::vector<std::pair<const float*, std::pair<int64_t, int64_t>>> mats;  // weight, (out, in)
+  for (const auto& item : model->named_parameters()) {
+    const auto& t = item.value();
+    if (t.dim() != 2 || item.key().find("embed_tokens") != std::string::npos) continue;
+    mats.push_back({t.data_ptr<float>(), {t.size(0), t.size(1)}});
+  }
+  const auto& head = c.tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight;
+  mats.push_back({head.data_ptr<float>(), {head.size(0), head.size(1)}});
+  const int64_t widest = std::max(c.intermediate_size, c.vocab_size);
+  std::vector<float> x(static_cast<size_t>(widest), 0.5F), y(static_cast<size_t>(widest));
+  const double linear_s = best_of(3, [&] {
+    for (const auto& [w, shape] : mats) {
+      decode::linear(x.data(), shape.second, 1, w, nullptr, shape.second, shape.first, y.data(), shape.first, false);
+    }
+  });
+  const int64_t D = c.resolved_head_dim(), kvdim = c.num_key_value_heads * D, bs = 16;
+  const auto len = static_cast<int64_t>(mean_context);
+  const int64_t blocks = (len + bs - 1) / bs;
+  auto keys = torch::randn({c.num_hidden_layers, blocks * bs, kvdim}), values = torch::randn_like(keys);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  std::vector<float> q(static_cast<size_t>(D), 0.1F), scores(static_cast<size_t>(len)), out(static_cast<size_t>(D));
+  const double attention_s = best_of(3, [&] {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+        const int64_t kvh = h / (c.num_attention_heads / c.num_key_value_heads);
+        decode::attend(q.data(), keys[l].data_ptr<float>() + kvh * D, values[l].data_ptr<float>() + kvh * D,
+                       table.data(), bs, kvdim, len, D, scores.data(), out.data());
+      }
+    }
+  });
+  const nlohmann::json parts{{"gemm_ms", linear_s * 1e3},
+                             {"attention_ms", attention_s * 1e3},
+                             {"rest_ms", (step_s - linear_s - attention_s) * 1e3}};
+  emit("decode_profile", name + " batch 1 step: GEMM over all weights (value) vs whole step (peer)", linear_s * 1e3,
+       "ms", "whole decode step", step_s * 1e3, linear_s / step_s, parts);
+}
+
 void bench_shape(const std::string& name, const ModelConfig& config, const Figures& f, bool quick) {
   torch::manual_seed(0);
   CausalLM model(config);
@@ -189,25 +247,32 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
     emit("decode_tokens_per_s", c, tokens / fast_s, "tokens/s", "reference generate() (oneDNN linears)", tokens / ref_s,
          ref_s / fast_s, {{"tokens_identical", identical}});
 
-    // Decode steps alone, from the engine's own counters (prefill excluded).
+    // Decode steps alone: the difference between runs of new_tokens and new_tokens / 2 tokens
+    // (same prompts, so the prefill cancels), per step.
     DecodeEngine engine(model);
-    std::vector<DecodeRequest> requests;
-    auto ids = prompts.batch["input_ids"];
-    for (int64_t b = 0; b < batch; ++b) {
-      std::vector<int64_t> p(static_cast<size_t>(prompt_len));
-      for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = ids[b][t].item<int64_t>();
-      requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = new_tokens, .first_row_id = b});
-    }
-    engine.run(requests, DecodeSampling{.sampling = {.greedy = true}});
-    const auto& st = engine.stats();
-    const double decode_steps = static_cast<double>(st.steps - 1);
-    const double step_s = st.decode_s / decode_steps;
+    auto requests_of = [&](int64_t tokens) {
+      std::vector<DecodeRequest> requests;
+      auto ids = prompts.batch["input_ids"];
+      for (int64_t b = 0; b < batch; ++b) {
+        std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+        for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = ids[b][t].item<int64_t>();
+        requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = tokens, .first_row_id = b});
+      }
+      return requests;
+    };
+    const auto long_run = requests_of(new_tokens), short_run = requests_of(new_tokens / 2);
+    const DecodeSampling greedy{.sampling = {.greedy = true}};
+    engine.run(long_run, greedy);  // warm-up
+    const double step_s =
+        (seconds([&] { engine.run(long_run, greedy); }) - seconds([&] { engine.run(short_run, greedy); })) /
+        static_cast<double>(new_tokens - new_tokens / 2);
     const double step_tokens_per_s = static_cast<double>(batch) / step_s;
-    const double mean_context = static_cast<double>(prompt_len) + static_cast<double>(new_tokens) / 2.0;
+    const double mean_context = static_cast<double>(prompt_len) + 0.75 * static_cast<double>(new_tokens);
     // Every sequence reads its own keys and values: the KV term grows with the batch.
     const double bytes = step_bytes(config, mean_context * static_cast<double>(batch));
     const double roof_s = bytes / (f.bandwidth * 1e9);
     if (batch == 1) {
+      profile_step(name, model, mean_context, step_s);
       engine_b1 = step_tokens_per_s;
       emit("decode_roofline", name + " batch 1 decode step, 1 thread", roof_s / step_s, "fraction of roofline",
            "bytes per step / measured read bandwidth (ms)", roof_s * 1e3, roof_s / step_s,
@@ -238,26 +303,34 @@ void bench_prefix_sharing(bool quick) {
   const int64_t prompt_len = quick ? 64 : 256;
   std::vector<int64_t> prompt(static_cast<size_t>(prompt_len));
   for (int64_t t = 0; t < prompt_len; ++t) prompt[static_cast<size_t>(t)] = 3 + (t * 7919) % 31000;
+  struct Result {
+    DecodeStats stats;
+    double prefill_s;
+  };
+  // Prefill time: a run that samples one token per sample (the prompt's pass, then the choice).
   auto run = [&](int64_t n, bool share) {
     DecodeEngine engine(model, DecodeEngineOptions{.share_prefix = share});
-    DecodeRequest r{.prompt = prompt, .n = n, .max_new_tokens = 16};
-    engine.run({r}, DecodeSampling{.sampling = {.temperature = 1.0}, .seed = 1});  // warm-up
-    engine.run({r}, DecodeSampling{.sampling = {.temperature = 1.0}, .seed = 1});
-    return engine.stats();
+    const DecodeSampling sampling{.sampling = {.temperature = 1.0}, .seed = 1};
+    DecodeRequest r{.prompt = prompt, .n = n, .max_new_tokens = 1};
+    engine.run({r}, sampling);  // warm-up
+    const double prefill_s = best_of(2, [&] { engine.run({r}, sampling); });
+    r.max_new_tokens = 16;
+    engine.run({r}, sampling);
+    return Result{engine.stats(), prefill_s};
   };
   const auto one = run(1, true), shared = run(8, true), copied = run(8, false);
   const std::string c = "42M prompt " + std::to_string(prompt_len) + " +16 sampled, n=8";
   emit("prefix_sharing_prefill", c + " shared (value) vs n=1 (peer)", shared.prefill_s * 1e3, "ms", "n=1",
        one.prefill_s * 1e3, one.prefill_s / shared.prefill_s,
        {{"n8_unshared_ms", copied.prefill_s * 1e3},
-        {"prefill_tokens_n8", shared.prefill_tokens},
-        {"prefill_tokens_n8_unshared", copied.prefill_tokens}});
-  const double kb = static_cast<double>(shared.kv_block_bytes) / 1e6;
+        {"prefill_tokens_n8", shared.stats.prefill_tokens},
+        {"prefill_tokens_n8_unshared", copied.stats.prefill_tokens}});
+  const double kb = static_cast<double>(shared.stats.kv_block_bytes) / 1e6;
   emit("prefix_sharing_kv", c + " peak KV MB shared (value) vs n=8 copies (peer)",
-       static_cast<double>(shared.peak_kv_blocks) * kb, "MB", "n=8 unshared",
-       static_cast<double>(copied.peak_kv_blocks) * kb,
-       static_cast<double>(copied.peak_kv_blocks) / static_cast<double>(shared.peak_kv_blocks),
-       {{"n1_mb", static_cast<double>(one.peak_kv_blocks) * kb}});
+       static_cast<double>(shared.stats.peak_kv_blocks) * kb, "MB", "n=8 unshared",
+       static_cast<double>(copied.stats.peak_kv_blocks) * kb,
+       static_cast<double>(copied.stats.peak_kv_blocks) / static_cast<double>(shared.stats.peak_kv_blocks),
+       {{"n1_mb", static_cast<double>(one.stats.peak_kv_blocks) * kb}});
 }
 
 void bench_continuous(bool quick) {
@@ -345,10 +418,12 @@ int main(int argc, char** argv) {
       threads = std::stoi(argv[++i]);
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--wall") {
+      g_wall = true;
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::cerr << "usage: decode_bench [--threads N] [--quick] [--case 42m|110m]\n";
+      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m]\n";
       return 2;
     }
   }

@@ -110,6 +110,9 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   }
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
                     prompts.non_tensor_batch, prompts.meta_info);
+  // The decode engine (paged KV cache, continuous batching, shared prefill of the n samples) on
+  // float32 CPU policies; generate() falls back to the reference path for other models.
+  options.engine = models::GenerationEngine::kDecode;
   DataProto out = models::generate(policy_, input, options);
   if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
   return out;
