@@ -337,7 +337,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       for (int64_t r = 0; r < R; ++r) rms_norm(x + r * st.d, L.post_norm, st.d, st.eps, xn + r * st.d);
       decode::linear(xn, st.d, R, L.wg, L.bg, st.d, st.inter, gate, st.inter, false);
       decode::linear(xn, st.d, R, L.wu, L.bu, st.d, st.inter, up, st.inter, false);
-      for (int64_t i = 0; i < R * st.inter; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+      decode::silu_mul(gate, up, R * st.inter);
       decode::linear(gate, st.inter, R, L.wd, L.bd, st.inter, st.d, x, st.d, true);
     }
     // Final norm and logits for the rows that need them, packed.

@@ -134,6 +134,53 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float a, const floa
   for (; k < n; ++k) y[k] += a * x[k];
 }
 
+// exp(x) for 8 floats: Cody-Waite range reduction by ln 2 and a degree-5 polynomial (the
+// Cephes expf scheme, within 2 ulp of the correctly rounded value for |x| < 88).
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3F)), _mm256_set1_ps(88.3F));
+  const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341F), _mm256_set1_ps(0.5F)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375F), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4F), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4F);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3F));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3F));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2F));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1F));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1F));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0F)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// scores[s] = exp(scores[s] - max) for s < n; returns their sum (in the lane order, then the tail).
+__attribute__((target("avx2,fma"))) float exp_shift_avx2(float* scores, int64_t n, float max) {
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 total = _mm256_setzero_ps();
+  int64_t s = 0;
+  for (; s + 8 <= n; s += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(scores + s), m));
+    _mm256_storeu_ps(scores + s, e);
+    total = _mm256_add_ps(total, e);
+  }
+  float sum = hsum(total);
+  for (; s < n; ++s) {
+    scores[s] = std::exp(scores[s] - max);
+    sum += scores[s];
+  }
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0F);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+}
+
 bool cpu_has_avx2() {
   static const bool has = [] {
     __builtin_cpu_init();
@@ -252,9 +299,18 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
     max_score = std::max(max_score, scores[s]);
   }
   float total = 0.0F;
-  for (int64_t s = 0; s < length; ++s) {
-    scores[s] = std::exp(scores[s] - max_score);
-    total += scores[s];
+  bool exponentiated = false;
+#ifdef HYFLOW_DECODE_X86
+  if constexpr (Avx2) {
+    total = exp_shift_avx2(scores, length, max_score);
+    exponentiated = true;
+  }
+#endif
+  if (!exponentiated) {
+    for (int64_t s = 0; s < length; ++s) {
+      scores[s] = std::exp(scores[s] - max_score);
+      total += scores[s];
+    }
   }
   std::fill(out, out + dim, 0.0F);
   for (int64_t s = 0; s < length; ++s) axpy(scores[s] / total, v + offset(s));
@@ -287,6 +343,13 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
   } else {
     attend_impl<false>(q, k, v, blocks, block_size, stride, length, dim, scores, out);
   }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+#ifdef HYFLOW_DECODE_X86
+  if (use_avx2()) return silu_mul_avx2(gate, up, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
 
 double sum_squares(const float* x, int64_t n) {
