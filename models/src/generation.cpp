@@ -98,11 +98,99 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
 }
 
+// Whether GenerationEngine::kDecode can take these prompts: a float32 CPU model, CPU prompts
+// whose last column is a real token in every row (left padding, as verl pads).
+bool decode_engine_applies(const CausalLM& model, const DataProto& prompts) {
+  const auto& mask = prompts.batch.at("attention_mask");
+  if (!mask.device().is_cpu() || !prompts.batch.at("input_ids").device().is_cpu()) return false;
+  if (mask.size(1) == 0 || !DecodeEngine::supports(model)) return false;
+  return mask.select(1, mask.size(1) - 1).ne(0).all().item<bool>();
+}
+
+// The rollout batch of generate_inference, from the decode engine: each row's real prompt
+// tokens (mask 1) with their position ids form one request of n samples.
+DataProto generate_decode(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+  const auto& config = model->config();
+  DecodeSampling sampling{.sampling = options.sampling,
+                          .seed = options.seed,
+                          .eos_token_ids = options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids,
+                          .return_log_probs = options.return_log_probs};
+  if (!options.do_sample) sampling.sampling.greedy = true;
+  const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
+
+  auto prompt_ids = prompts.batch.at("input_ids").to(at::kLong).contiguous();
+  auto prompt_mask = prompts.batch.at("attention_mask").to(at::kLong).contiguous();
+  auto prompt_pos = prompts.batch.contains("position_ids") ? prompts.batch.at("position_ids").to(at::kLong)
+                                                           : position_ids_from_mask(prompt_mask);
+  prompt_pos = prompt_pos.contiguous();
+  const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), R = options.max_new_tokens, n = options.n;
+  std::vector<DecodeRequest> requests(static_cast<size_t>(B));
+  auto ids_a = prompt_ids.accessor<int64_t, 2>();
+  auto mask_a = prompt_mask.accessor<int64_t, 2>();
+  auto pos_a = prompt_pos.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    auto& req = requests[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < P; ++t) {
+      if (mask_a[b][t] == 0) continue;
+      req.prompt.push_back(ids_a[b][t]);
+      req.positions.push_back(pos_a[b][t]);
+    }
+    req.n = n;
+    req.max_new_tokens = R;
+    req.first_row_id = b * n;
+  }
+  DecodeEngine engine(model, options.decode);
+  const auto samples = engine.run(requests, sampling);
+
+  const int64_t N = B * n;
+  auto responses = torch::full({N, R}, pad_id, torch::kLong);
+  auto response_mask = torch::zeros({N, R}, torch::kLong);
+  auto log_probs = torch::zeros({N, R}, torch::kFloat);
+  auto resp_a = responses.accessor<int64_t, 2>();
+  auto rmask_a = response_mask.accessor<int64_t, 2>();
+  auto lp_a = log_probs.accessor<float, 2>();
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& s = samples[static_cast<size_t>(i)];
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      resp_a[i][static_cast<int64_t>(t)] = s.tokens[t];
+      rmask_a[i][static_cast<int64_t>(t)] = 1;
+      if (options.return_log_probs) lp_a[i][static_cast<int64_t>(t)] = s.log_probs[t];
+    }
+  }
+  if (n > 1) {
+    prompt_ids = prompt_ids.repeat_interleave(n, 0);
+    prompt_mask = prompt_mask.repeat_interleave(n, 0);
+    prompt_pos = prompt_pos.repeat_interleave(n, 0);
+  }
+  auto last_pos = prompt_pos.select(1, P - 1);
+  auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
+  TensorDict batch{
+      {"prompts", prompt_ids},
+      {"responses", responses},
+      {"input_ids", torch::cat({prompt_ids, responses}, 1)},
+      {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
+      {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
+      {"response_mask", response_mask},
+  };
+  if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
+  dataproto::NonTensorBatch columns;
+  if (!prompts.non_tensor_batch.empty()) {
+    columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch)
+                  .repeat(n, /*interleave=*/true)
+                  .non_tensor_batch;
+  }
+  return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+}
+
 }  // namespace
 
 DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   check_prompts(prompts, options);
   DataProto out;
+  if (options.engine == GenerationEngine::kDecode && decode_engine_applies(model, prompts)) {
+    out = generate_decode(model, prompts, options);
+    return out;  // built outside inference mode: ordinary tensors
+  }
   {
     // Inference mode skips autograd and version-counter bookkeeping on every op of the loop.
     c10::InferenceMode inference;

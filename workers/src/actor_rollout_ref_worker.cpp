@@ -109,6 +109,9 @@ models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataPr
       cuda::SamplingOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = r.min_p};
   if (!options.do_sample) options.sampling = cuda::SamplingOptions{.greedy = true};
   options.return_log_probs = r.calculate_log_probs;
+  // The decode engine (paged KV cache, continuous batching, shared prefill of the n samples) on
+  // float32 CPU policies; generate() falls back to the reference path for other models.
+  options.engine = models::GenerationEngine::kDecode;
   {
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);
     std::lock_guard lock(rollout_generator_->mutex());

@@ -20,16 +20,25 @@ DataProto ActorRolloutRefWorker::export_weights() {
   if (!has_actor(role_))
     throw ValueError(std::string("export_weights needs the actor role; this worker is ") + to_string(role_));
   require_initialized("export_weights");
-  // Replicated today: every rank holds the full state, so only rank 0 answers. A sharded actor
-  // gathers here on every rank first (all must call), then rank 0 answers the same way.
-  if (rank() != 0) return DataProto();
   torch::NoGradGuard no_grad;
   TensorDict state;
   int64_t count = 0;
-  for (const auto& item : policy_->named_parameters(/*recurse=*/true)) {
-    // a copy: the actor keeps training while the rollout group loads this version
-    state.set(item.key(), item.value().detach().to(c10::Device(c10::kCPU)).clone().unsqueeze(0));
+  // a copy: the actor keeps training while the rollout group loads this version
+  auto keep = [&](const std::string& name, const at::Tensor& full) {
+    state.set(name, full.detach().to(c10::Device(c10::kCPU)).clone().unsqueeze(0));
     ++count;
+  };
+  if (policy_fsdp_) {
+    // Sharded: every rank takes part in gathering unit by unit (never the whole model at once);
+    // rank 0 keeps the copies and answers.
+    policy_fsdp_->for_each_full_parameter([&](const std::string& name, const at::Tensor& full) {
+      if (rank() == 0) keep(name, full);
+    });
+    if (rank() != 0) return DataProto();
+  } else {
+    // Replicated: every rank holds the full state, so only rank 0 answers.
+    if (rank() != 0) return DataProto();
+    for (const auto& item : policy_->named_parameters(/*recurse=*/true)) keep(item.key(), item.value());
   }
   return DataProto(std::move(state), {}, Json{{"num_parameters", count}});
 }

@@ -4,12 +4,23 @@
 
 #include <hyflow/cuda/sampling.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/models/decode_engine.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <cstdint>
 #include <vector>
 
 namespace hyflow::models {
+
+/// Which implementation generate() runs.
+enum class GenerationEngine {
+  kReference,  ///< the model's own forward on a KVCache, sampling from an at::Generator seeded with `seed`
+  /// DecodeEngine (decode_engine.hpp) on float32 CPU models: greedy tokens as kReference, log-probs
+  /// to float32 rounding; sampled tokens are keyed by (seed, row, step) (cuda::sample_seeded), so
+  /// they are reproducible for a seed but are not kReference's. Other models, or prompts whose last
+  /// column is padding, run kReference.
+  kDecode,
+};
 
 struct GenerationOptions {
   int64_t max_new_tokens = 32;         ///< response length R (responses are right-padded to R)
@@ -20,6 +31,8 @@ struct GenerationOptions {
   int64_t pad_token_id = -1;           ///< -1: the model config's resolved pad id
   uint64_t seed = 0;                   ///< sampling is deterministic for a seed
   bool return_log_probs = false;       ///< add rollout_log_probs (B*n, R)
+  GenerationEngine engine = GenerationEngine::kReference;
+  DecodeEngineOptions decode;  ///< scheduling of GenerationEngine::kDecode
 };
 
 /// Generates responses for every prompt row. Returns a DataProto with

@@ -1,0 +1,90 @@
+#pragma once
+// The rollout's decode engine: a CausalLM forward for generation written on raw float32
+// pointers into the model's own parameters (no copy, no packing: the trainer may update the
+// weights between runs), a small-batch GEMM that reads every weight once per step for the
+// whole batch, fused norms / rotary / SwiGLU / residual adds, a paged (block) KV cache,
+// continuous batching (a finished sequence leaves the batch and a queued prompt takes its slot
+// in the next step) and prefix sharing (the n samples of a prompt share its prefill and its
+// full KV blocks). generate() runs it with GenerationOptions::engine = kDecode.
+
+#include <hyflow/cuda/sampling.hpp>
+#include <hyflow/models/llama.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace hyflow::models {
+
+/// Scheduling settings of a DecodeEngine.
+struct DecodeEngineOptions {
+  int64_t max_batch = 0;              ///< most sequences decoding at once; 0: every sample of every request
+  int64_t block_size = 16;            ///< KV cache positions per block
+  bool share_prefix = true;           ///< the n samples of a prompt share its prefill and its full KV blocks
+  int64_t max_prefill_tokens = 1024;  ///< prompt tokens admitted per step (at least one prompt)
+};
+
+/// One prompt and its samples.
+struct DecodeRequest {
+  std::vector<int64_t> prompt;     ///< token ids, no padding (at least one)
+  std::vector<int64_t> positions;  ///< rotary position of each prompt token; empty: 0, 1, ...
+  int64_t n = 1;                   ///< samples; sample j has row id first_row_id + j
+  int64_t max_new_tokens = 32;
+  int64_t first_row_id = 0;
+};
+
+/// How tokens are chosen.
+struct DecodeSampling {
+  cuda::SamplingOptions sampling;      ///< greedy or temperature / top-k / top-p / min-p
+  uint64_t seed = 0;                   ///< sampled tokens depend on (seed, row id, step) only
+  std::vector<int64_t> eos_token_ids;  ///< a sample stops after emitting one of these
+  bool return_log_probs = false;       ///< log softmax(logits / temperature) of each token
+};
+
+/// The tokens of one sample (up to and including EOS) and, when asked, their log-probs.
+struct DecodeOutput {
+  std::vector<int64_t> tokens;
+  std::vector<float> log_probs;
+};
+
+/// What the last run did (for benchmarks and tests).
+struct DecodeStats {
+  int64_t steps = 0;           ///< forward passes
+  int64_t prefill_tokens = 0;  ///< prompt tokens run through the model
+  int64_t decode_tokens = 0;   ///< sampled tokens fed back
+  int64_t peak_kv_blocks = 0;  ///< most KV blocks in use at once
+  int64_t kv_block_bytes = 0;  ///< bytes of one block (keys and values of every layer)
+  double prefill_s = 0.0;      ///< time in steps that ran prompt tokens
+  double decode_s = 0.0;       ///< time in steps that ran only sampled tokens
+};
+
+/// Decodes requests on a CausalLM's float32 CPU parameters. The engine keeps pointers to the
+/// parameters only during run(), re-reading them each time, so in-place weight updates between
+/// runs (optimizer steps, load_state_dict) need nothing; the parameters must not change during
+/// a run. Greedy tokens equal generate()'s reference path up to the summation order of the
+/// products (see docs/models.md, "Decode engine": logits agree to float32 rounding).
+class DecodeEngine {
+ public:
+  explicit DecodeEngine(CausalLM& model, DecodeEngineOptions options = {});
+  ~DecodeEngine();
+  DecodeEngine(DecodeEngine&&) noexcept;
+  DecodeEngine& operator=(DecodeEngine&&) noexcept;
+
+  /// Whether the model can run here: float32, contiguous parameters, on the CPU.
+  static bool supports(const CausalLM& model);
+
+  /// Runs every request to completion; outputs are in request order, then sample order.
+  std::vector<DecodeOutput> run(const std::vector<DecodeRequest>& requests, const DecodeSampling& sampling);
+
+  const DecodeStats& stats() const { return stats_; }
+  const DecodeEngineOptions& options() const { return options_; }
+
+ private:
+  CausalLM model_;
+  DecodeEngineOptions options_;
+  DecodeStats stats_;
+  struct State;  // KV pool, scratch buffers and rotary tables, kept between runs
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hyflow::models
