@@ -5,6 +5,7 @@
 #include <hyflow/actors/caf_protocol.hpp>
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/detail/pending_call.hpp>
+#include <hyflow/actors/group_actor.hpp>
 #include <hyflow/actors/payload_transfer.hpp>
 #include <hyflow/actors/runtime.hpp>
 
@@ -12,6 +13,9 @@
 #include <caf/io/middleman.hpp>
 
 #include <cxxabi.h>
+
+#include <algorithm>
+#include <condition_variable>
 
 #include <cstdlib>
 #include <iostream>
@@ -31,23 +35,113 @@ using caf_protocol::worker_actor;
 using submit_atom = caf::atom_constant<caf::atom("hf_submit")>;
 using tick_atom = caf::atom_constant<caf::atom("hf_tick")>;
 using kill_atom = caf::atom_constant<caf::atom("hf_kill")>;
+using done_atom = caf::atom_constant<caf::atom("hf_done")>;
 
 inline caf::error make_error(errc code, std::string kind, std::string message) {
   return {static_cast<uint8_t>(code), caf::atom("hyflow"), caf::make_message(std::move(kind), std::move(message))};
 }
 
+/// A worker actor (local, or a proxy of a remote one) for the call pipeline. The Runtime
+/// releases the actor when it stops, so that no handle of its actor system outlives it.
+class CafWorkerHandle : public WorkerHandle {
+ public:
+  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e)
+      : actor_(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
+  const WorkerEnv& env() const override { return env_; }
+  const WorkerSpec& spec() const override { return spec_; }
+  /// Null once released.
+  worker_actor actor() const {
+    std::lock_guard lock(mutex_);
+    return actor_;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    actor_ = nullptr;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  worker_actor actor_;
+  WorkerSpec spec_;
+  WorkerEnv env_;
+};
+
+/// Counts the runtime's local actors (collectors, in-process workers) that have not
+/// terminated, so that stopping can wait for them on a thread that is not theirs.
+class LiveActors : public std::enable_shared_from_this<LiveActors> {
+ public:
+  void track(caf::abstract_actor* actor) {
+    {
+      std::lock_guard lock(mutex_);
+      ++running_;
+    }
+    actor->attach_functor([self = shared_from_this()] { self->ended(); });
+  }
+  void wait_all_ended() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return running_ == 0; });
+  }
+
+ private:
+  void ended() {
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) cv_.notify_all();
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  size_t running_ = 0;
+};
+
+class CafTransport;
+
+/// What a Runtime shares with its groups: never the actor system itself, only a pointer to it
+/// that stop() clears. Groups, futures and worker handles may outlive the Runtime; the system
+/// is torn down (when the Runtime owns it) by ~Runtime on the thread that destroys it.
+class RuntimeCore {
+ public:
+  explicit RuntimeCore(caf::actor_system& sys) : system_(&sys) {}
+  /// The actor system; RuntimeStoppedError (naming `what`) once stopped.
+  caf::actor_system& system(const std::string& what) {
+    std::lock_guard lock(mutex);
+    if (!system_) throw RuntimeStoppedError(what);
+    return *system_;
+  }
+  /// Stops every group (their pending calls fail with RuntimeStoppedError), every worker it
+  /// launched in this process, and releases every handle and launcher; returns once this
+  /// process's workers and collectors have terminated. Idempotent.
+  void stop();
+
+  std::mutex mutex;
+  std::vector<std::weak_ptr<CafTransport>> transports;
+  std::vector<std::weak_ptr<CafWorkerHandle>> handles;
+  std::vector<caf::actor_addr> launched;
+  std::map<std::string, WorkerRef> detached;
+  std::shared_ptr<WorkerLauncher> launcher;
+  /// Outlives this core: attached functors of late-ending actors still reach it.
+  std::shared_ptr<LiveActors> live = std::make_shared<LiveActors>();
+
+  void remember(const std::vector<WorkerRef>& workers) {
+    std::lock_guard lock(mutex);
+    for (const auto& w : workers)
+      if (auto h = std::dynamic_pointer_cast<CafWorkerHandle>(w)) handles.push_back(h);
+  }
+
+ private:
+  caf::actor_system* system_;
+};
+
 namespace {
 
-/// The class of an exception, for messages ("ValueError: ..."): the unqualified name of a
-/// hyflow error's dynamic type (DataPlaneError, ClusterError, ... from modules above this one
-/// included), "std::exception" for anything else.
+/// The class of an exception, for messages ("ValueError: ...", "std::runtime_error: ..."): the
+/// unqualified name of a hyflow error's dynamic type (DataPlaneError, ClusterError, ... from
+/// modules above this one included), the full demangled name of any other exception.
 std::string kind_of(const std::exception& e) {
-  if (!dynamic_cast<const Error*>(&e)) return "std::exception";
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status),
                                               std::free);
-  if (status != 0 || !name) return "Error";
+  if (status != 0 || !name) return dynamic_cast<const Error*>(&e) ? "Error" : "std::exception";
   std::string full(name.get());
+  if (!dynamic_cast<const Error*>(&e)) return full;
   const auto colon = full.rfind("::");
   return colon == std::string::npos ? full : full.substr(colon + 2);
 }
@@ -105,23 +199,12 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
   };
 }
 
-class CafWorkerHandle : public WorkerHandle {
- public:
-  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e)
-      : actor(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
-  const WorkerEnv& env() const override { return env_; }
-  const WorkerSpec& spec() const override { return spec_; }
-  worker_actor actor;
-
- private:
-  WorkerSpec spec_;
-  WorkerEnv env_;
-};
-
 worker_actor actor_of(const WorkerRef& w) {
   auto* h = dynamic_cast<CafWorkerHandle*>(w.get());
   if (!h) throw ValueError("worker '" + w->env().name + "' was not launched by this runtime");
-  return h->actor;
+  auto a = h->actor();
+  if (!a) throw RuntimeStoppedError("worker '" + w->env().name + "'");
+  return a;
 }
 
 std::string context_string(const caf::error& e, size_t i) {
@@ -150,6 +233,20 @@ struct collector_state {
   };
   std::vector<Deferred> deferred;
   static inline const char* name = "hyflow.collector";
+  collector_state() = default;
+  collector_state(const collector_state&) = delete;
+  collector_state& operator=(const collector_state&) = delete;
+  /// The collector ends with its group or its Runtime: calls still pending (the group's
+  /// Runtime stopped) fail instead of leaving their callers waiting.
+  ~collector_state() {
+    auto fail_all = [](const std::shared_ptr<PendingCall>& call) {
+      auto error = std::make_exception_ptr(RuntimeStoppedError(call->method));
+      for (size_t i = 0; i < call->ranks.size(); ++i)
+        if (!call->settled(i)) call->fail(i, error);
+    };
+    for (auto& [id, call] : calls) fail_all(call);
+    for (auto& d : deferred) fail_all(d.call);
+  }
 };
 
 using collector_actor = caf::stateful_actor<collector_state>;
@@ -174,7 +271,8 @@ std::exception_ptr to_exception(caf::actor_system& sys, const collector_state& s
           method, rank, message, "method '" + method + "': " + rank_label(st, rank) + " exited: " + message));
     return std::make_exception_ptr(CallError(method, rank, message,
                                              "method '" + method + "' failed on " + rank_label(st, rank) + ": " + kind +
-                                                 ": " + message));
+                                                 ": " + message,
+                                             kind));
   }
   if (e == caf::sec::request_receiver_down)
     return std::make_exception_ptr(WorkerDiedError(method, rank, "worker is down",
@@ -391,9 +489,11 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
   };
 }
 
+}  // namespace
+
 class CafTransport : public Transport {
  public:
-  CafTransport(std::shared_ptr<RuntimeCore> core, caf::actor_system& sys, std::vector<WorkerRef> workers, bool owns)
+  CafTransport(std::shared_ptr<RuntimeCore> core, std::vector<WorkerRef> workers, bool owns)
       : core_(std::move(core)), workers_(std::move(workers)), owns_(owns),
         alive_(std::make_shared<std::vector<std::atomic<bool>>>(workers_.size())) {
     std::vector<worker_actor> actors;
@@ -403,29 +503,71 @@ class CafTransport : public Transport {
       names.push_back(w->env().name);
     }
     for (auto& a : *alive_) a = true;
+    auto& sys = core_->system("a new worker group");
     collector_ = sys.spawn<caf::detached>(collector_behavior, std::move(actors), std::move(names), alive_);
+    core_->live->track(caf::actor_cast<caf::abstract_actor*>(collector_));
   }
-  ~CafTransport() override {
-    caf::anon_send_exit(collector_, caf::exit_reason::user_shutdown);
-    if (owns_)
-      for (auto& w : workers_) caf::anon_send_exit(actor_of(w), caf::exit_reason::user_shutdown);
-  }
+  ~CafTransport() override { stop(); }
   const std::vector<WorkerRef>& workers() const override { return workers_; }
   void submit(std::shared_ptr<PendingCall> call) override {
+    std::lock_guard lock(mutex_);
+    if (!collector_) throw RuntimeStoppedError(call->method);
     caf::anon_send(collector_, submit_atom::value, std::move(call));
   }
-  void kill(int rank) override { caf::anon_send(collector_, kill_atom::value, rank); }
+  void kill(int rank) override {
+    std::lock_guard lock(mutex_);
+    if (collector_) caf::anon_send(collector_, kill_atom::value, rank);
+  }
   bool alive(int rank) const override { return (*alive_)[static_cast<size_t>(rank)]; }
 
+  /// Ends the collector (its pending calls fail) and, when this group owns them, the workers;
+  /// drops the actor handles. Later calls fail with RuntimeStoppedError. Idempotent.
+  void stop() {
+    std::lock_guard lock(mutex_);
+    if (!collector_) return;
+    caf::anon_send_exit(collector_, caf::exit_reason::user_shutdown);
+    collector_ = nullptr;
+    if (owns_)
+      for (auto& w : workers_)
+        if (auto a = static_cast<CafWorkerHandle&>(*w).actor()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+
  private:
-  std::shared_ptr<RuntimeCore> core_;  // keeps the actor system up while the group lives
+  std::shared_ptr<RuntimeCore> core_;  // small: holds no actor system
   std::vector<WorkerRef> workers_;
   bool owns_;
   std::shared_ptr<std::vector<std::atomic<bool>>> alive_;
+  std::mutex mutex_;
   caf::actor collector_;
 };
 
-}  // namespace
+void RuntimeCore::stop() {
+  std::vector<std::weak_ptr<CafTransport>> groups;
+  std::vector<std::weak_ptr<CafWorkerHandle>> workers;
+  std::vector<caf::actor_addr> local;
+  std::map<std::string, WorkerRef> kept;
+  std::shared_ptr<WorkerLauncher> placed_by;
+  {
+    std::lock_guard lock(mutex);
+    if (!system_) return;
+    groups.swap(transports);
+    workers.swap(handles);
+    local.swap(launched);
+    kept.swap(detached);
+    placed_by.swap(launcher);
+  }
+  for (auto& g : groups)
+    if (auto t = g.lock()) t->stop();
+  for (auto& addr : local)
+    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  kept.clear();
+  placed_by.reset();  // e.g. a RemoteLauncher ends its node sessions
+  for (auto& w : workers)
+    if (auto h = w.lock()) h->release();
+  live->wait_all_ended();  // a worker in a long method is waited for: CAF cannot preempt it
+  std::lock_guard lock(mutex);
+  system_ = nullptr;
+}
 
 // ---- runtime core and in-process launcher -------------------------------------------------
 
@@ -449,34 +591,31 @@ struct RuntimeConfig : caf::actor_system_config {
   }
 };
 
-class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
- public:
-  explicit RuntimeCore(const RuntimeOptions& o) : config(o), system(config) {}
-  ~RuntimeCore() {
-    std::lock_guard lock(mutex);
-    for (auto& addr : launched)
-      if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  }
+/// The private actor system of a Runtime that was not given one.
+struct OwnedSystem {
+  explicit OwnedSystem(const RuntimeOptions& o) : config(o), system(config) {}
   RuntimeConfig config;
   caf::actor_system system;
-  std::mutex mutex;
-  std::vector<caf::actor_addr> launched;
-  std::map<std::string, WorkerRef> detached;
-  std::shared_ptr<WorkerLauncher> launcher;
 };
 
 namespace {
 class InProcessLauncher : public WorkerLauncher {
  public:
-  explicit InProcessLauncher(RuntimeCore& core) : core_(core) {}
+  explicit InProcessLauncher(std::weak_ptr<RuntimeCore> core) : core_(std::move(core)) {}
   std::vector<WorkerRef> launch(const WorkerSpec& spec, const std::vector<WorkerEnv>& envs) override {
+    auto core = core_.lock();
+    if (!core) throw RuntimeStoppedError("__init__");
+    auto& sys = core->system("__init__");
     std::vector<worker_actor> actors;
-    for (size_t i = 0; i < envs.size(); ++i) actors.push_back(caf_protocol::spawn_worker(core_.system));
-    {
-      std::lock_guard lock(core_.mutex);
-      for (auto& a : actors) core_.launched.push_back(a.address());
+    for (size_t i = 0; i < envs.size(); ++i) {
+      actors.push_back(caf_protocol::spawn_worker(sys));
+      core->live->track(caf::actor_cast<caf::abstract_actor*>(actors.back()));
     }
-    caf::scoped_actor self{core_.system};
+    {
+      std::lock_guard lock(core->mutex);
+      for (auto& a : actors) core->launched.push_back(a.address());
+    }
+    caf::scoped_actor self{sys};
     const std::string spec_json = spec.to_json().dump();
     std::vector<decltype(self->request(actors[0], caf::infinite, init_atom::value, spec_json, spec_json))> pending;
     for (size_t i = 0; i < envs.size(); ++i)
@@ -487,7 +626,7 @@ class InProcessLauncher : public WorkerLauncher {
                          [&](caf::error& e) {
                            if (failure) return;
                            const std::string msg = context_string(e, 1).empty()
-                                                       ? core_.system.render(e)
+                                                       ? sys.render(e)
                                                        : context_string(e, 0) + ": " + context_string(e, 1);
                            failure = std::make_exception_ptr(
                                CallError("__init__", static_cast<int>(i), msg,
@@ -504,7 +643,7 @@ class InProcessLauncher : public WorkerLauncher {
   }
 
  private:
-  RuntimeCore& core_;
+  std::weak_ptr<RuntimeCore> core_;
 };
 }  // namespace
 
@@ -518,11 +657,20 @@ void register_types(caf::actor_system_config& cfg) {
   // No actor type: CAF's remote spawn service would create workers for any connected peer,
   // outside the node manager's access control (docs/cluster.md, "Security model").
   cfg.add_error_category(caf::atom("hyflow"), [](uint8_t code, caf::atom_value, const caf::message& ctx) {
-    const char* name = code == static_cast<uint8_t>(errc::method_failed) ? "method_failed"
-                       : code == static_cast<uint8_t>(errc::init_failed)  ? "init_failed"
-                                                                           : "worker_exit";
-    return std::string("hyflow::") + name + (ctx.empty() ? "" : caf::to_string(ctx));
+    return "hyflow::" + to_string(static_cast<errc>(code)) + (ctx.empty() ? "" : caf::to_string(ctx));
   });
+}
+
+std::string to_string(errc code) {
+  switch (code) {
+    case errc::method_failed: return "method_failed";
+    case errc::init_failed: return "init_failed";
+    case errc::worker_exit: return "worker_exit";
+    case errc::call_timeout: return "call_timeout";
+    case errc::runtime_stopped: return "runtime_stopped";
+    case errc::call_failed: return "call_failed";
+  }
+  return "unknown(" + std::to_string(static_cast<int>(code)) + ")";
 }
 
 worker_actor spawn_worker(caf::actor_system& sys) { return sys.spawn<caf::detached>(detail::worker_behavior); }
@@ -531,27 +679,57 @@ WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env) {
   return std::make_shared<detail::CafWorkerHandle>(std::move(actor), std::move(spec), std::move(env));
 }
 
-caf::actor_system& system_of(Runtime& runtime) { return runtime.core_->system; }
+caf::actor_system& system_of(Runtime& runtime) { return runtime.core_->system("system_of"); }
 
 }  // namespace hyflow::actors::caf_protocol
 
 namespace hyflow::actors {
 
-Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<detail::RuntimeCore>(options)) {
+Runtime::Runtime(RuntimeOptions options) : owned_(std::make_unique<detail::OwnedSystem>(options)) {
+  core_ = std::make_shared<detail::RuntimeCore>(owned_->system);
   register_colocated_worker_type();
-  core_->launcher = std::make_shared<detail::InProcessLauncher>(*core_);
+  core_->launcher = std::make_shared<detail::InProcessLauncher>(core_);
 }
 
-Runtime::~Runtime() = default;
+Runtime::Runtime(caf::actor_system& system) {
+  // Without the types, DataProto and Value messages would not even fail loudly between nodes
+  // (CAF drops them with a line on stderr): refuse early, naming the fix.
+  if (!system.config().value_factories_by_name.count("hyflow::Value") ||
+      !system.config().error_renderers.count(caf::atom("hyflow")))
+    throw ValueError(
+        "Runtime(caf::actor_system&): the actor system's config lacks hyflow's types; call "
+        "hyflow::Runtime::register_types(cfg) on its actor_system_config before creating the system");
+  core_ = std::make_shared<detail::RuntimeCore>(system);
+  register_colocated_worker_type();
+  core_->launcher = std::make_shared<detail::InProcessLauncher>(core_);
+}
 
-WorkerLauncher& Runtime::launcher() { return *core_->launcher; }
+Runtime::~Runtime() {
+  core_->stop();
+  owned_.reset();  // the private actor system ends here, on the thread that destroys the Runtime
+}
+
+void Runtime::register_types(caf::actor_system_config& cfg) { caf_protocol::register_types(cfg); }
+
+bool Runtime::owns_system() const { return owned_ != nullptr; }
+
+WorkerLauncher& Runtime::launcher() {
+  std::lock_guard lock(core_->mutex);
+  return *core_->launcher;
+}
 
 void Runtime::set_launcher(std::shared_ptr<WorkerLauncher> launcher) {
   if (!launcher) throw ValueError("Runtime::set_launcher: null launcher");
+  std::lock_guard lock(core_->mutex);
   core_->launcher = std::move(launcher);
 }
 
+std::shared_ptr<WorkerLauncher> Runtime::in_process_launcher() {
+  return std::make_shared<detail::InProcessLauncher>(core_);
+}
+
 void Runtime::keep_detached(const std::vector<WorkerRef>& workers) {
+  core_->remember(workers);
   std::lock_guard lock(core_->mutex);
   for (const auto& w : workers) core_->detached[w->env().name] = w;
 }
@@ -568,7 +746,103 @@ WorkerRef Runtime::find_detached(const std::string& name) const {
 }
 
 std::shared_ptr<detail::Transport> Runtime::connect(std::vector<WorkerRef> workers, bool owns_workers) {
-  return std::make_shared<detail::CafTransport>(core_, core_->system, std::move(workers), owns_workers);
+  core_->remember(workers);
+  auto transport = std::make_shared<detail::CafTransport>(core_, std::move(workers), owns_workers);
+  std::lock_guard lock(core_->mutex);
+  auto& ts = core_->transports;
+  ts.erase(std::remove_if(ts.begin(), ts.end(), [](const auto& w) { return w.expired(); }), ts.end());
+  ts.push_back(transport);
+  return transport;
+}
+
+}  // namespace hyflow::actors
+
+// ---- the group as a CAF actor ---------------------------------------------------------------
+
+namespace hyflow::actors {
+
+namespace detail {
+namespace {
+struct group_state {
+  std::optional<WorkerGroup> group;
+  uint64_t next_id = 0;
+  std::map<uint64_t, caf::typed_response_promise<Value>> promises;
+  static inline const char* name = "hyflow.group";
+};
+
+caf::error group_error(caf_protocol::errc code, std::string kind, std::string what, std::string method, int rank) {
+  return {static_cast<uint8_t>(code), caf::atom("hyflow"),
+          caf::make_message(std::move(kind), std::move(what), std::move(method), static_cast<int32_t>(rank))};
+}
+
+/// Runs group calls for CAF requests; answers from the group's completion, which it is sent
+/// as a message (a response promise is delivered on the actor's own thread only).
+caf::behavior group_behavior(caf::stateful_actor<group_state>* self, WorkerGroup group) {
+  self->state.group.emplace(std::move(group));
+  return {
+      [=](call_atom, std::string& method, std::vector<Value>& args) -> caf::result<Value> {
+        auto& st = self->state;
+        const uint64_t id = st.next_id++;
+        auto me = caf::actor_cast<caf::actor>(self);  // alive until the answer is in
+        try {
+          st.group->call_then(
+              method, std::move(args), [me, id](Value v) { caf::anon_send(me, done_atom::value, id, std::move(v)); },
+              [me, id](std::exception_ptr e) { caf::anon_send(me, done_atom::value, id, to_caf_error(e)); });
+        } catch (...) {
+          return to_caf_error(std::current_exception());
+        }
+        auto promise = self->make_response_promise<Value>();
+        st.promises.emplace(id, promise);
+        return promise;
+      },
+      [=](done_atom, uint64_t id, Value& v) {
+        auto it = self->state.promises.find(id);
+        if (it == self->state.promises.end()) return;
+        it->second.deliver(std::move(v));
+        self->state.promises.erase(it);
+      },
+      [=](done_atom, uint64_t id, caf::error& e) {
+        auto it = self->state.promises.find(id);
+        if (it == self->state.promises.end()) return;
+        it->second.deliver(std::move(e));
+        self->state.promises.erase(it);
+      },
+  };
+}
+}  // namespace
+}  // namespace detail
+
+group_actor spawn_group_actor(caf::actor_system& system, WorkerGroup group) {
+  return caf::actor_cast<group_actor>(system.spawn(detail::group_behavior, std::move(group)));
+}
+
+caf::error to_caf_error(std::exception_ptr error) {
+  using caf_protocol::errc;
+  using detail::group_error;
+  try {
+    std::rethrow_exception(error);
+  } catch (const RuntimeStoppedError& e) {
+    return group_error(errc::runtime_stopped, "RuntimeStoppedError", e.what(), e.method(), e.rank());
+  } catch (const CallTimeoutError& e) {
+    return group_error(errc::call_timeout, "CallTimeoutError", e.what(), e.method(), e.rank());
+  } catch (const WorkerDiedError& e) {
+    return group_error(errc::worker_exit, "WorkerDiedError", e.what(), e.method(), e.rank());
+  } catch (const CallError& e) {
+    return group_error(errc::method_failed, e.kind().empty() ? "CallError" : e.kind(), e.what(), e.method(),
+                       e.rank());
+  } catch (const std::exception& e) {
+    return group_error(errc::call_failed, detail::kind_of(e), e.what(), "", -1);
+  } catch (...) {
+    return group_error(errc::call_failed, "unknown", "an exception that is not a std::exception", "", -1);
+  }
+}
+
+std::string error_kind(const caf::error& e) {
+  return e.category() == caf::atom("hyflow") ? detail::context_string(e, 0) : std::string();
+}
+
+std::string error_message(const caf::error& e) {
+  return e.category() == caf::atom("hyflow") ? detail::context_string(e, 1) : std::string();
 }
 
 }  // namespace hyflow::actors

@@ -30,7 +30,7 @@ std::vector<Value> chunk_dataproto(const DataProto& d, int64_t chunks, bool allo
 /// through `padding` before any chunk is handed out.
 std::vector<Value> chunk_future(const DataProtoFuture& f, int64_t chunks, bool allow_padding,
                                 const std::shared_ptr<std::atomic<int64_t>>& padding) {
-  auto padded = f.then([chunks, allow_padding, padding](DataProto d) {
+  auto padded = f.map([chunks, allow_padding, padding](DataProto d) {
     if (allow_padding && (d.is_padding_enabled() || auto_padding_enabled())) {
       int64_t pad = padding_for(d.size(), chunks);
       if (pad > 0) d.padding(pad);

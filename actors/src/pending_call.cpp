@@ -2,6 +2,12 @@
 
 namespace hyflow::actors::detail {
 
+namespace {
+thread_local int completing = 0;
+}
+
+bool PendingCall::in_completion() { return completing > 0; }
+
 PendingCall::PendingCall(std::string m, std::vector<int> r, std::vector<std::vector<Value>> a, int ws)
     : method(std::move(m)), ranks(std::move(r)), args(std::move(a)), world_size(ws),
       results_(ranks.size()), errors_(ranks.size()), answered_at_(ranks.size()), cleanups_(ranks.size()),
@@ -41,7 +47,15 @@ void PendingCall::finish_one_locked(std::unique_lock<std::mutex>& lock) {
   if (--remaining_ > 0) return;
   lock.unlock();
   if (on_complete) {
-    on_complete(*this);
+    ++completing;
+    try {
+      on_complete(*this);
+    } catch (...) {
+      --completing;
+      on_complete = nullptr;
+      throw;
+    }
+    --completing;
     on_complete = nullptr;  // drops what it captured (the group view)
   }
   // Notify after on_complete so that waiters see its effects.
@@ -112,6 +126,8 @@ std::vector<Value> PendingCall::take_outputs() {
     // One exception for the call: the lowest failed rank's, of its own type, counting others.
     try {
       std::rethrow_exception(first);
+    } catch (const RuntimeStoppedError&) {
+      throw;
     } catch (const CallTimeoutError& e) {
       throw CallTimeoutError(e.method(), e.ranks(), e.what());
     } catch (const WorkerDiedError& e) {
@@ -119,7 +135,7 @@ std::vector<Value> PendingCall::take_outputs() {
                             std::string(e.what()) + " (" + std::to_string(failed - 1) + " more rank(s) failed)");
     } catch (const CallError& e) {
       throw CallError(e.method(), e.rank(), e.message(),
-                      std::string(e.what()) + " (" + std::to_string(failed - 1) + " more rank(s) failed)");
+                      std::string(e.what()) + " (" + std::to_string(failed - 1) + " more rank(s) failed)", e.kind());
     }
   }
   std::vector<Value> out;

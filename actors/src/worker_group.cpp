@@ -57,7 +57,20 @@ struct GroupView : DispatchContext, std::enable_shared_from_this<GroupView> {
     return collect_cache.emplace(mesh, std::move(flags)).first->second;
   }
 
+  /// A dispatched call, ready to submit.
+  struct Prepared {
+    std::shared_ptr<PendingCall> pending;
+    std::shared_ptr<const DispatchFns> fns;
+    std::shared_ptr<const ExecuteMode> exec;
+    std::shared_ptr<std::atomic<int64_t>> padding;
+    bool blocking = true;
+    bool returns_dataproto = false;
+    double dispatch_us = 0;
+  };
+  Prepared prepare(const std::string& method, std::vector<Value> args, const CallOptions& options);
   Value call(const std::string& method, std::vector<Value> args, const CallOptions& options);
+  void call_then(const std::string& method, std::vector<Value> args, std::function<void(Value)> on_value,
+                 std::function<void(std::exception_ptr)> on_error, const CallOptions& options);
 };
 
 namespace {
@@ -79,7 +92,8 @@ Value finish(DispatchContext& ctx, const DispatchFns& fns, const ExecuteMode& ex
 }
 }  // namespace
 
-Value GroupView::call(const std::string& method, std::vector<Value> args, const CallOptions& options) {
+GroupView::Prepared GroupView::prepare(const std::string& method, std::vector<Value> args,
+                                       const CallOptions& options) {
   const auto t0 = Clock::now();
   const MethodEntry& entry = table->at(method, type);
   if (args.size() != entry.arity)
@@ -115,51 +129,90 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
     }
   }
   const std::string wire_name = fused_role.empty() ? prefix + method : std::string(kFusedExecuteMethod);
-  auto pending = std::make_shared<PendingCall>(wire_name, ranks, std::move(per_rank), ws);
+  Prepared p;
+  p.pending = std::make_shared<PendingCall>(wire_name, ranks, std::move(per_rank), ws);
   auto deadline = options.deadline ? options.deadline : core->options.call_deadline;
-  if (deadline) pending->deadline = pending->start + *deadline;
-  pending->on_deadline = core->options.on_deadline;
-  const double dispatch_us = us_since(t0);
+  if (deadline) p.pending->deadline = p.pending->start + *deadline;
+  p.pending->on_deadline = core->options.on_deadline;
+  p.fns = std::move(fns);
+  p.exec = std::move(exec);
+  p.padding = dispatched.padding;
+  p.blocking = options.blocking.value_or(entry.options.blocking);
+  p.returns_dataproto = p.fns->collects_dataproto || (p.exec->single_result && entry.returns_dataproto);
+  p.dispatch_us = us_since(t0);
+  return p;
+}
 
-  if (!entry.options.blocking) {
+Value GroupView::call(const std::string& method, std::vector<Value> args, const CallOptions& options) {
+  Prepared p = prepare(method, std::move(args), options);
+  auto fns = p.fns;
+  auto exec = p.exec;
+  auto padding = p.padding;
+  if (!p.blocking) {
     // The result is collected when the last rank answers (on the transport's thread).
-    const bool proto = fns->collects_dataproto || (exec->single_result && entry.returns_dataproto);
-    auto padding = dispatched.padding;
-    if (proto) {
-      auto promise = std::make_shared<std::promise<DataProto>>();
-      DataProtoFuture future({promise->get_future().share()});
-      pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+    if (p.returns_dataproto) {
+      DataProtoPromise promise;
+      p.pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
         try {
-          promise->set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()).dataproto());
+          promise.set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()).dataproto());
         } catch (...) {
-          promise->set_exception(std::current_exception());
+          promise.set_exception(std::current_exception());
         }
       };
-      core->transport->submit(pending);
-      return Value(std::move(future));
+      core->transport->submit(p.pending);
+      return Value(promise.get_future());
     }
-    auto promise = std::make_shared<std::promise<Value>>();
-    auto future = ValueFuture::from(promise->get_future().share());
-    pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+    ValuePromise promise;
+    p.pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
       try {
-        promise->set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()));
+        promise.set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()));
       } catch (...) {
-        promise->set_exception(std::current_exception());
+        promise.set_exception(std::current_exception());
       }
     };
-    core->transport->submit(pending);
-    return Value(std::move(future));
+    core->transport->submit(p.pending);
+    return Value(promise.get_future());
   }
 
+  if (PendingCall::in_completion())
+    throw NotSupportedError("blocking call of '" + method +
+                            "' from a call's continuation: it would wait for the thread it runs on (the group's "
+                            "collector); make it non-blocking (CallOptions{.blocking = false}) or use call_then");
   const auto t1 = Clock::now();
-  core->transport->submit(pending);
-  pending->wait();
+  core->transport->submit(p.pending);
+  p.pending->wait();
   const double execute_us = us_since(t1);
   const auto t2 = Clock::now();
-  Value result = finish(*this, *fns, *exec, pending->take_outputs(), dispatched.padding->load());
+  Value result = finish(*this, *fns, *exec, p.pending->take_outputs(), padding->load());
   std::lock_guard lock(mutex);
-  timing = CallTiming{method, dispatch_us, execute_us, us_since(t2), us_since(t0), pending->answer_us()};
+  timing = CallTiming{method, p.dispatch_us, execute_us, us_since(t2), us_since(p.pending->start),
+                      p.pending->answer_us()};
   return result;
+}
+
+void GroupView::call_then(const std::string& method, std::vector<Value> args, std::function<void(Value)> on_value,
+                          std::function<void(std::exception_ptr)> on_error, const CallOptions& options) {
+  if (!on_value || !on_error) throw ValueError("call_then of '" + method + "': empty handler");
+  Prepared p = prepare(method, std::move(args), options);
+  p.pending->on_complete = [self = shared_from_this(), fns = p.fns, exec = p.exec, padding = p.padding,
+                            on_value = std::move(on_value), on_error = std::move(on_error)](PendingCall& c) {
+    std::exception_ptr error;
+    Value result;
+    try {
+      result = finish(*self, *fns, *exec, c.take_outputs(), padding->load());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    try {
+      if (error) on_error(error);
+      else on_value(std::move(result));
+    } catch (const std::exception& e) {
+      std::cerr << "hyflow: a call_then handler of '" << c.method << "' threw (ignored): " << e.what() << std::endl;
+    } catch (...) {
+      std::cerr << "hyflow: a call_then handler of '" << c.method << "' threw (ignored)" << std::endl;
+    }
+  };
+  core->transport->submit(p.pending);
 }
 
 }  // namespace detail
@@ -181,7 +234,7 @@ WorkerGroup::WorkerGroup(Runtime& runtime, const ResourcePool& pool, WorkerSpec 
   core->master_port = pick_free_port(core->master_addr);
   auto envs = pool.place(options.name_prefix, spec.type == kColocatedWorkerType ? "Colocated" : spec.type,
                          core->master_addr, core->master_port);
-  auto workers = runtime.launcher().launch(spec, envs);
+  auto workers = (options.launcher ? *options.launcher : runtime.launcher()).launch(spec, envs);
   for (const auto& w : workers) core->names.push_back(w->env().name);
   if (options.detached) runtime.keep_detached(workers);
   core->transport = runtime.connect(std::move(workers), !options.detached);
@@ -232,6 +285,11 @@ int WorkerGroup::master_port() const { return view_->core->master_port; }
 
 Value WorkerGroup::call_values(const std::string& method, std::vector<Value> args, const CallOptions& options) {
   return view_->call(method, std::move(args), options);
+}
+
+void WorkerGroup::call_then(const std::string& method, std::vector<Value> args, std::function<void(Value)> on_value,
+                            std::function<void(std::exception_ptr)> on_error, const CallOptions& options) const {
+  view_->call_then(method, std::move(args), std::move(on_value), std::move(on_error), options);
 }
 
 CallTiming WorkerGroup::last_timing() const {

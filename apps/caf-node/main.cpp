@@ -1,10 +1,13 @@
 // caf-node: one per machine. Runs a node manager that spawns registered worker types for
-// controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM.
+// controllers that prove knowledge of the shared secret; stops on SIGINT/SIGTERM. Worker types
+// of your own come in as plugins: --plugin=libmy_workers.so (shared libraries whose static
+// initializers call register_worker_type / HYFLOW_REGISTER_WORKER; docs/embedding.md).
 //
 // The same file builds the tests' and benches' node, hyflow-test-node (tests/cluster), with
 // HYFLOW_TEST_NODE: it hosts the test workers (EchoWorker, CounterRole, ScaleRole,
 // CollectiveWorker) and the bench worker instead of the role workers. The shipped caf-node hosts no test code.
 #include <hyflow/cluster/all.hpp>
+#include <hyflow/core/shared_library.hpp>
 
 #ifdef HYFLOW_TEST_NODE
 #include "collective_worker.hpp"
@@ -45,7 +48,10 @@ int main(int argc, char** argv) {
       "tls-key", po::value<std::string>(), "mutual TLS: the private key of --tls-cert (PEM, unencrypted)")(
       "tls-ca", po::value<std::string>(),
       "mutual TLS: the CA certificate (PEM) that signed the controllers' certificates; others are refused")(
-      "exit-with-parent", "stop (as on SIGTERM) when the process that started this one exits (tests, supervisors)");
+      "exit-with-parent", "stop (as on SIGTERM) when the process that started this one exits (tests, supervisors)")(
+      "plugin", po::value<std::vector<std::string>>()->composing(),
+      "shared library whose static initializers register worker types (repeatable); loaded before listening, "
+      "so a library that fails to load stops the node");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -73,6 +79,11 @@ int main(int argc, char** argv) {
   try {
     if (vm.count("secret-file"))
       options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
+    if (vm.count("plugin"))
+      for (const auto& path : vm["plugin"].as<std::vector<std::string>>()) {
+        hyflow::load_shared_library(path, "worker plugin");
+        hyflow::cluster::cluster_log("loaded worker plugin " + path);
+      }
     // A bad TLS file makes CAF abort at the first connection: check them all before starting.
     hyflow::cluster::check_tls_files(options.tls, {"--tls-cert", "--tls-key", "--tls-ca"});
   } catch (const std::exception& e) {

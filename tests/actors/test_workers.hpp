@@ -56,6 +56,7 @@ class EchoWorker : public hyflow::Worker {
     if (rank() == r) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     return rank();
   }
+  int sleep_async(int r, int ms) { return sleep_on_rank(r, ms); }
   int crash_on_rank(int r, int ms) {
     if (rank() == r) {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -112,6 +113,7 @@ class EchoWorker : public hyflow::Worker {
     t.add("get_state", &EchoWorker::get_state, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("throw_on_rank", &EchoWorker::throw_on_rank, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("sleep_on_rank", &EchoWorker::sleep_on_rank, {.dispatch = Dispatch::ONE_TO_ALL});
+    t.add("sleep_async", &EchoWorker::sleep_async, {.dispatch = Dispatch::ONE_TO_ALL, .blocking = false});
     t.add("crash_on_rank", &EchoWorker::crash_on_rank, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("plus_one", &EchoWorker::plus_one, {.dispatch = Dispatch::DP_COMPUTE_PROTO, .blocking = false});
 #ifdef HYFLOW_TEST_WORKERS_PARALLEL

@@ -69,9 +69,66 @@ TEST_CASE("chunk gives lazy futures of the pieces and concatenates the parent on
   CHECK(parent_calls == 1);
 }
 
-TEST_CASE("then chains a transform after the parent's") {
-  auto f = DataProtoFuture::ready(rows(0, 4)).then([](DataProto d) { return d.slice(1, 3); });
+TEST_CASE("map chains a lazy transform after the parent's") {
+  auto f = DataProtoFuture::ready(rows(0, 4)).map([](DataProto d) { return d.slice(1, 3); });
   CHECK(ids_of(f.get()) == std::vector<int64_t>{1, 2});
+}
+
+TEST_CASE("then runs its continuation when the promise is set, on the setting thread, without a get") {
+  hyflow::DataProtoPromise promise;
+  std::atomic<int> transformed{0};
+  std::vector<int64_t> seen;
+  std::thread::id ran_on;
+  auto sliced = promise.get_future().then([&](DataProto d) {
+    ++transformed;
+    return d.slice(1, 3);
+  });
+  sliced.then(
+      [&](DataProto d) {
+        seen = ids_of(d);
+        ran_on = std::this_thread::get_id();
+      },
+      [](std::exception_ptr) {});
+  CHECK(transformed == 0);
+  std::thread producer([&] { promise.set_value(rows(0, 4)); });
+  const auto producer_id = producer.get_id();
+  producer.join();
+  CHECK(transformed == 1);
+  CHECK(seen == std::vector<int64_t>{1, 2});
+  CHECK(ran_on == producer_id);
+  CHECK(sliced.is_ready());
+}
+
+TEST_CASE("a continuation added to a complete future runs at once; failures go to the error handler") {
+  std::vector<int64_t> seen;
+  DataProtoFuture::ready(rows(0, 2)).then([&](DataProto d) { seen = ids_of(d); }, [](std::exception_ptr) {});
+  CHECK(seen == std::vector<int64_t>{0, 1});
+
+  hyflow::DataProtoPromise promise;
+  std::string error;
+  auto next = promise.get_future().then([](DataProto d) { return d; });
+  next.then([](DataProto) {},
+            [&](std::exception_ptr e) {
+              try {
+                std::rethrow_exception(e);
+              } catch (const std::exception& x) {
+                error = x.what();
+              }
+            });
+  promise.set_exception(std::make_exception_ptr(hyflow::Error("rank 0 failed")));
+  CHECK(error == "rank 0 failed");
+  CHECK_THROWS_WITH(next.get(), "rank 0 failed");
+  CHECK_FALSE(promise.set_value(rows(0, 1)));  // settled once
+}
+
+TEST_CASE("then on a future of std::shared_future parts fires when the parts arrive") {
+  std::promise<DataProto> p0, p1;
+  DataProtoFuture f({p0.get_future().share(), p1.get_future().share()});
+  std::promise<std::vector<int64_t>> seen;
+  f.then([&](DataProto d) { seen.set_value(ids_of(d)); }, [&](std::exception_ptr) { seen.set_value({}); });
+  p0.set_value(rows(0, 1));
+  p1.set_value(rows(1, 3));
+  CHECK(seen.get_future().get() == std::vector<int64_t>{0, 1, 2});
 }
 
 TEST_CASE("a failed part rethrows its exception from get, also through chunks") {

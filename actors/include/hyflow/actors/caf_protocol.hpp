@@ -27,8 +27,17 @@ using call_atom = caf::atom_constant<caf::atom("hf_call")>;
 using worker_actor = caf::typed_actor<caf::replies_to<init_atom, std::string, std::string>::with<std::string>,
                                       caf::replies_to<call_atom, std::string, std::vector<Value>>::with<Value>>;
 
-/// Error codes of the "hyflow" category.
-enum class errc : uint8_t { method_failed = 1, init_failed = 2, worker_exit = 3 };
+/// Error codes of the "hyflow" category. A worker's errors carry the context (exception
+/// class, message); a group call's (group_actor.hpp) carry (class, message, method, rank).
+enum class errc : uint8_t {
+  method_failed = 1,    ///< a method threw (CallError)
+  init_failed = 2,      ///< a worker's constructor threw
+  worker_exit = 3,      ///< a worker died (WorkerDiedError)
+  call_timeout = 4,     ///< a group call passed its deadline (CallTimeoutError)
+  runtime_stopped = 5,  ///< the group's Runtime was destroyed (RuntimeStoppedError)
+  call_failed = 6,      ///< a group call was refused (unknown method, bad arguments, ...)
+};
+std::string to_string(errc code);
 
 /// Registers what every node needs: DataProto and Value message types and the "hyflow" error
 /// category. No actor type is registered: CAF's remote spawn would create workers for any

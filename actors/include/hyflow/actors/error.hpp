@@ -12,18 +12,23 @@ namespace hyflow::actors {
 /// "method 'update_critic' failed on rank 2 of 4: <worker's message>".
 class CallError : public Error {
  public:
-  CallError(std::string method, int rank, std::string message, std::string what)
-      : Error(std::move(what)), method_(std::move(method)), rank_(rank), message_(std::move(message)) {}
+  CallError(std::string method, int rank, std::string message, std::string what, std::string kind = {})
+      : Error(std::move(what)), method_(std::move(method)), rank_(rank), message_(std::move(message)),
+        kind_(std::move(kind)) {}
   const std::string& method() const { return method_; }
   /// The lowest failed rank (-1 when the failure is not tied to one rank).
   int rank() const { return rank_; }
   /// The worker's own message (e.g. the exception text).
   const std::string& message() const { return message_; }
+  /// The class of the worker's exception ("std::runtime_error", "ValueError"); empty when the
+  /// failure was not an exception in a method (a dead worker, a deadline).
+  const std::string& kind() const { return kind_; }
 
  private:
   std::string method_;
   int rank_;
   std::string message_;
+  std::string kind_;
 };
 
 /// The worker of `rank` died (or was dead already) while the call was pending.
@@ -44,6 +49,15 @@ class CallTimeoutError : public CallError {
   std::vector<int> ranks_;
 };
 
+/// A call through a group whose Runtime was destroyed: it was in flight when the Runtime
+/// stopped, or it came after. The group handle stays safe to hold, copy and destroy.
+class RuntimeStoppedError : public CallError {
+ public:
+  explicit RuntimeStoppedError(const std::string& method)
+      : CallError(method, -1, "the hyflow Runtime was shut down",
+                  "method '" + method + "': the hyflow Runtime was shut down (a group handle outlived its Runtime)") {}
+};
+
 /// A call that the runtime refuses by design (e.g. DIRECT_ROLLOUT_METHOD through a group).
 class NotSupportedError : public Error {
  public:
@@ -62,5 +76,6 @@ class BindError : public Error {
 namespace hyflow {
 using actors::CallError;
 using actors::CallTimeoutError;
+using actors::RuntimeStoppedError;
 using actors::WorkerDiedError;
 }  // namespace hyflow

@@ -53,6 +53,7 @@ class Transport {
   virtual bool alive(int rank) const = 0;
 };
 class RuntimeCore;
+struct OwnedSystem;
 }  // namespace detail
 
 struct RuntimeOptions {
@@ -76,19 +77,47 @@ struct RuntimeOptions {
   std::function<void(caf::actor_system_config&)> configure_system;
 };
 
-/// Destroy a Runtime before main returns (a local, or a unique_ptr reset at the end): CAF's
-/// actor system must not be torn down from static destructors.
+/// The runtime of one controller: where its workers and groups live.
+///
+/// Two ways to get one. `Runtime()` (the embedded default) starts a private CAF actor system;
+/// `Runtime(system)` runs on the caller's own actor system, whose config must have had
+/// `Runtime::register_types(cfg)` (the one thing an embedding application adds).
+///
+/// Shutdown is defined by the Runtime alone: ~Runtime stops every group it made (calls still
+/// in flight fail with RuntimeStoppedError), stops the workers it launched and waits for those
+/// in this process (a worker in a long method is waited for), releases its launchers and every
+/// actor handle, and, when it owns the actor system, destroys that system on its own thread.
+/// Group handles and futures may outlive it: their calls then fail with RuntimeStoppedError;
+/// holding or destroying them never keeps an actor system alive nor tears one down.
+/// Destroy a Runtime before main returns (a local, or a unique_ptr reset at the end), and a
+/// Runtime on the caller's system before that system.
 class Runtime {
  public:
   explicit Runtime(RuntimeOptions options = {});
-  /// Stops every worker this runtime started (after their running method returns).
+  /// On the caller's actor system (not owned). ValueError when its config lacks
+  /// register_types. RuntimeOptions do not apply: threads, networking and TLS are the
+  /// caller's config (RuntimeConfig in caf_runtime.cpp shows what hyflow sets for its own).
+  explicit Runtime(caf::actor_system& system);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  /// The launcher new groups use (in-process by default).
+  /// Adds what hyflow needs to a CAF config: the DataProto and Value message types and the
+  /// "hyflow" error category. Call it on every node's config (same as
+  /// caf_protocol::register_types).
+  static void register_types(caf::actor_system_config& cfg);
+  /// True for the private actor system of Runtime(RuntimeOptions).
+  bool owns_system() const;
+
+  /// The launcher new groups use unless their WorkerGroupOptions name one (in-process by
+  /// default).
   WorkerLauncher& launcher();
+  /// Replaces the default launcher for groups created from now on (existing groups keep
+  /// theirs). To place one group elsewhere, prefer WorkerGroupOptions::launcher.
   void set_launcher(std::shared_ptr<WorkerLauncher> launcher);
+  /// A new in-process launcher of this runtime (detached worker actors in this process), e.g.
+  /// to put one group back in-process after set_launcher installed a remote one.
+  std::shared_ptr<WorkerLauncher> in_process_launcher();
 
   /// Keeps `workers` reachable by name after their group is gone (verl's detached actors).
   void keep_detached(const std::vector<WorkerRef>& workers);
@@ -96,11 +125,12 @@ class Runtime {
   WorkerRef find_detached(const std::string& name) const;
 
   /// Builds the transport for a group of workers; with owns_workers the workers stop when the
-  /// last user of the transport is gone.
+  /// last user of the transport is gone (or the Runtime stops).
   std::shared_ptr<detail::Transport> connect(std::vector<WorkerRef> workers, bool owns_workers);
 
  private:
   friend caf::actor_system& caf_protocol::system_of(Runtime& runtime);
+  std::unique_ptr<detail::OwnedSystem> owned_;  ///< the private system, when there is one
   std::shared_ptr<detail::RuntimeCore> core_;
 };
 

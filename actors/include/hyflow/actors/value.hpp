@@ -8,6 +8,8 @@
 #include <hyflow/dataproto/data_proto_future.hpp>
 
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -21,20 +23,41 @@ namespace hyflow::actors {
 class Value;
 
 /// A result that is not there yet and is not a DataProto (non-blocking calls). Copies share
-/// one state; get() waits and rethrows a failure.
+/// one state; get() waits and rethrows a failure; then() runs a continuation when it arrives.
 class ValueFuture {
  public:
   ValueFuture() = default;
-  /// Wraps a std::shared_future (a factory, not a constructor: Value is incomplete here).
+  /// Wraps a std::shared_future (a factory, not a constructor: Value is incomplete here). A
+  /// continuation on such a future waits for it on a thread of its own; futures of a
+  /// ValuePromise (what the runtime returns) need none.
   static ValueFuture from(std::shared_future<Value> future);
   bool valid() const { return state_ != nullptr; }
   Value get() const;
   bool is_ready() const;
   bool wait_for(std::chrono::milliseconds timeout) const;
+  /// Continuation: exactly one of the two runs once the result arrives, on the thread that
+  /// completes the call (the group's collector thread; keep it short and never make a
+  /// blocking call of the same runtime from it), or at once when it has arrived. An
+  /// exception escaping either is reported on stderr and dropped.
+  void then(std::function<void(Value)> on_value, std::function<void(std::exception_ptr)> on_error) const;
 
  private:
+  friend class ValuePromise;
   struct State;
   std::shared_ptr<State> state_;
+};
+
+/// The producer's side of a ValueFuture (set once; continuations run on the setting thread).
+class ValuePromise {
+ public:
+  ValuePromise();
+  ValueFuture get_future() const;
+  /// False when already settled (the call has no effect then).
+  bool set_value(Value value) const;
+  bool set_exception(std::exception_ptr error) const;
+
+ private:
+  std::shared_ptr<ValueFuture::State> state_;
 };
 
 namespace detail {
@@ -204,4 +227,6 @@ using actors::per_rank;
 using actors::PerRank;
 using actors::to_value;
 using actors::Value;
+using actors::ValueFuture;
+using actors::ValuePromise;
 }  // namespace hyflow

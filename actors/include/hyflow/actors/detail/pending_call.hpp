@@ -39,6 +39,9 @@ struct PendingCall {
   std::function<void(const DeadlineReport&)> on_deadline;
   /// Runs once, after the last rank answered or failed, on the thread that completed it.
   std::function<void(PendingCall&)> on_complete;
+  /// True on a thread while it runs an on_complete (and the continuations it triggers): a
+  /// blocking call there would wait for the thread it blocks (the group's collector).
+  static bool in_completion();
 
   PendingCall(std::string method, std::vector<int> ranks, std::vector<std::vector<Value>> args, int world_size);
   /// Runs the cleanups of ranks that never settled.
