@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 namespace hyflow::models {
 namespace {
 
@@ -25,6 +27,33 @@ void check_prompts(const DataProto& prompts, const GenerationOptions& options) {
 }  // namespace
 
 namespace {
+
+// The batch verl's generate_sequences returns, from prompts already repeated n times
+// (interleaved) and their responses: positions continue each row's last prompt position, and
+// the prompts' non-tensor columns are repeated the same way.
+DataProto rollout_batch(const DataProto& prompts, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
+                        const at::Tensor& prompt_pos, const at::Tensor& responses, const at::Tensor& response_mask,
+                        const std::optional<at::Tensor>& log_probs, int64_t n) {
+  const int64_t P = prompt_ids.size(1), R = responses.size(1);
+  auto last_pos = prompt_pos.select(1, P - 1);
+  auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
+  TensorDict batch{
+      {"prompts", prompt_ids},
+      {"responses", responses},
+      {"input_ids", torch::cat({prompt_ids, responses}, 1)},
+      {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
+      {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
+      {"response_mask", response_mask},
+  };
+  if (log_probs) batch.set("rollout_log_probs", *log_probs);
+  dataproto::NonTensorBatch columns;
+  if (!prompts.non_tensor_batch.empty()) {
+    columns = DataProto(TensorDict::with_batch_size(prompt_ids.size(0) / n), prompts.non_tensor_batch)
+                  .repeat(n, /*interleave=*/true)
+                  .non_tensor_batch;
+  }
+  return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+}
 
 DataProto generate_inference(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   const auto& config = model->config();
@@ -79,23 +108,8 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
     logits = model(tokens.unsqueeze(1), full_mask.narrow(1, 0, P + step + 1), position, &context).select(1, 0);
   }
 
-  auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
-  TensorDict batch{
-      {"prompts", prompt_ids},
-      {"responses", responses},
-      {"input_ids", torch::cat({prompt_ids, responses}, 1)},
-      {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
-      {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
-      {"response_mask", response_mask},
-  };
-  if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
-  dataproto::NonTensorBatch columns;
-  if (!prompts.non_tensor_batch.empty()) {
-    columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch)
-                  .repeat(options.n, /*interleave=*/true)
-                  .non_tensor_batch;
-  }
-  return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+  return rollout_batch(prompts, prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
+                       options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, options.n);
 }
 
 // Whether GenerationEngine::kDecode can take these prompts: a float32 CPU model, CPU prompts
@@ -162,24 +176,8 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
     prompt_mask = prompt_mask.repeat_interleave(n, 0);
     prompt_pos = prompt_pos.repeat_interleave(n, 0);
   }
-  auto last_pos = prompt_pos.select(1, P - 1);
-  auto response_pos = last_pos.unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
-  TensorDict batch{
-      {"prompts", prompt_ids},
-      {"responses", responses},
-      {"input_ids", torch::cat({prompt_ids, responses}, 1)},
-      {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
-      {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
-      {"response_mask", response_mask},
-  };
-  if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
-  dataproto::NonTensorBatch columns;
-  if (!prompts.non_tensor_batch.empty()) {
-    columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch)
-                  .repeat(n, /*interleave=*/true)
-                  .non_tensor_batch;
-  }
-  return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
+  return rollout_batch(prompts, prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
+                       options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
 }
 
 }  // namespace

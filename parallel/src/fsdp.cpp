@@ -303,10 +303,14 @@ struct FsdpModule::Impl {
 
 namespace {
 
-// Identity on the activation entering a unit; its backward runs once the unit's backward is
-// complete (every node of the unit leads to the unit's input), so the unit's gradients are
-// accumulated and can be reduced.
-struct UnitInputBoundary : torch::autograd::Function<UnitInputBoundary> {
+// Identity on an activation at a unit's edge; its backward tells the unit:
+// - kInput (the activation entering the unit): it runs once the unit's backward is complete
+//   (every node of the unit leads to the unit's input), so the unit's gradients are
+//   accumulated and can be reduced;
+// - !kInput (the activation leaving the unit): it runs before the unit's backward, so the unit
+//   is gathered again (its all-gather was prefetched) and the one before starts gathering.
+template <bool kInput>
+struct UnitBoundary : torch::autograd::Function<UnitBoundary<kInput>> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
                                                 FsdpModule::Impl* impl, int64_t unit) {
     ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
@@ -316,27 +320,16 @@ struct UnitInputBoundary : torch::autograd::Function<UnitInputBoundary> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* impl = reinterpret_cast<FsdpModule::Impl*>(ctx->saved_data["impl"].toInt());
-    impl->post_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    if constexpr (kInput)
+      impl->post_backward(unit);
+    else
+      impl->pre_backward(unit);
     return {grads[0], {}, {}};
   }
 };
-
-// Identity on the activation leaving a unit; its backward runs before the unit's backward: the
-// unit is gathered again (its all-gather was prefetched) and the one before starts gathering.
-struct UnitOutputBoundary : torch::autograd::Function<UnitOutputBoundary> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
-                                                FsdpModule::Impl* impl, int64_t unit) {
-    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
-    ctx->saved_data["unit"] = unit;
-    return {x};
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* impl = reinterpret_cast<FsdpModule::Impl*>(ctx->saved_data["impl"].toInt());
-    impl->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], {}, {}};
-  }
-};
+using UnitInputBoundary = UnitBoundary<true>;
+using UnitOutputBoundary = UnitBoundary<false>;
 
 }  // namespace
 

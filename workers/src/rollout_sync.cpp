@@ -6,6 +6,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/models/checkpoint.hpp>
+#include <hyflow/parallel/fsdp.hpp>
 
 #include <torch/torch.h>
 
