@@ -1,3 +1,5 @@
+#include "rank_threads.hpp"
+
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/net.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
@@ -103,25 +105,7 @@ Trace train_reference(const std::map<std::string, at::Tensor>& state) {
   return t;
 }
 
-template <class Fn>
-void run_ranks(int n, Fn fn) {
-  const int port = pick_free_port();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = std::make_shared<ProcessGroup>(
-            ProcessGroupOptions{.rank = r, .world_size = n, .master_port = port, .timeout = std::chrono::seconds(20)});
-        fn(pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using test::run_ranks;
 
 // n ranks, each with kRows / n rows in two micro-batches (gradient accumulation: only the last
 // one synchronizes), the sharded optimizer.

@@ -1,5 +1,6 @@
 // Sharded checkpoints (hyflow/parallel/fsdp_checkpoint.hpp) of a tiny decoder LM: saved on 4
 // ranks, loaded on 2 and 1, merged by hyflow-model-merger into a Hugging Face folder.
+#include "rank_threads.hpp"
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/net.hpp>
 #include <hyflow/models/checkpoint.hpp>
@@ -59,24 +60,7 @@ std::shared_ptr<FsdpModule> shard(models::CausalLM& model, const std::shared_ptr
   return std::make_shared<FsdpModule>(units_by_layer(params, 0), make_device_mesh(pg, fsdp_size), FsdpOptions{});
 }
 
-template <class Fn>
-void run_ranks(int n, Fn fn) {
-  const int port = pick_free_port();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(std::make_shared<ProcessGroup>(
-            ProcessGroupOptions{.rank = r, .world_size = n, .master_port = port, .timeout = std::chrono::seconds(20)}));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using test::run_ranks;
 
 struct TempDir {
   fs::path path;
