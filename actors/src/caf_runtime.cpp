@@ -45,8 +45,8 @@ inline caf::error make_error(errc code, std::string kind, std::string message) {
 /// releases the actor when it stops, so that no handle of its actor system outlives it.
 class CafWorkerHandle : public WorkerHandle {
  public:
-  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e)
-      : actor_(std::move(a)), spec_(std::move(s)), env_(std::move(e)) {}
+  CafWorkerHandle(worker_actor a, WorkerSpec s, WorkerEnv e, std::string job)
+      : actor_(std::move(a)), spec_(std::move(s)), env_(std::move(e)), job_(std::move(job)) {}
   const WorkerEnv& env() const override { return env_; }
   const WorkerSpec& spec() const override { return spec_; }
   /// Null once released.
@@ -58,12 +58,15 @@ class CafWorkerHandle : public WorkerHandle {
     std::lock_guard lock(mutex_);
     actor_ = nullptr;
   }
+  /// The job (controller session) its remote launcher started it for; empty: none.
+  const std::string& job() const { return job_; }
 
  private:
   mutable std::mutex mutex_;
   worker_actor actor_;
   WorkerSpec spec_;
   WorkerEnv env_;
+  std::string job_;
 };
 
 /// Counts the runtime's local actors (collectors, in-process workers) that have not
@@ -154,6 +157,7 @@ bool uses_tls(caf::actor_system& sys) { return !sys.config().openssl_certificate
 struct worker_state {
   WorkerSpec spec;
   WorkerEnv env;
+  std::string job;  ///< the launching controller's job id ("JOB" in the env message; empty: none)
   CreatedWorker created;
   static inline const char* name = "hyflow.worker";
 };
@@ -164,7 +168,9 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
         auto& st = self->state;
         try {
           st.spec = WorkerSpec::from_json(Json::parse(spec_json));
-          st.env = WorkerEnv::from_json(Json::parse(env_json));
+          const Json env = Json::parse(env_json);
+          st.env = WorkerEnv::from_json(env);
+          if (env.contains("JOB")) st.job = env.at("JOB").get<std::string>();
           // constructors can read rank(), world_size(), ...; every role shares this worker's host
           WorkerEnvScope scope(st.env, std::make_shared<WorkerHost>());
           st.created = create_worker(st.spec);
@@ -181,12 +187,12 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
           // Large DataProtos to and from another process travel over the data plane.
           const bool remote = self->current_sender() && self->current_sender()->node() != self->node();
           const auto transfer = remote ? payload_transfer() : nullptr;
-          if (transfer) transfer->import_handles(args);
+          if (transfer) transfer->import_handles(args, st.job);
           if (entry.options.materialize_futures)
             for (auto& a : args)
               if (a.is_future()) a = a.materialized();
           Value result = entry.invoke(*st.created.worker, args);
-          if (transfer && transfer->in_use(uses_tls(self->system()))) transfer->export_large(result, /*expires=*/true);
+          if (transfer && transfer->in_use(uses_tls(self->system()))) transfer->export_large(result, /*expires=*/true, st.job);
           return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.
@@ -218,6 +224,7 @@ std::string context_string(const caf::error& e, size_t i) {
 struct collector_state {
   std::vector<worker_actor> workers;
   std::vector<std::string> names;
+  std::string job;  ///< the workers' job (their remote launcher's session id; empty: none)
   std::shared_ptr<std::vector<std::atomic<bool>>> alive;
   std::vector<std::string> death;  ///< why a rank died ("" while alive)
   std::map<uint64_t, std::shared_ptr<PendingCall>> calls;
@@ -338,13 +345,13 @@ bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& c
   auto transfer = payload_transfer();
   if (!transfer || !transfer->has_handles(v)) return false;
   if (call->settled(i)) {  // too late (deadline, death): free the objects at their holder
-    transfer->discard_handles(v);
+    transfer->discard_handles(v, self->state.job);
     return true;
   }
   auto result = std::make_shared<Value>(std::move(v));
-  auto pull = [call, i, rank, transfer, label = rank_label(self->state, rank), result] {
+  auto pull = [call, i, rank, transfer, label = rank_label(self->state, rank), result, job = self->state.job] {
     try {
-      transfer->import_handles(*result);
+      transfer->import_handles(*result, job);
       call->deliver(i, std::move(*result));
     } catch (const std::exception& e) {
       call->fail(i, std::make_exception_ptr(CallError(call->method, rank, e.what(),
@@ -371,7 +378,7 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
         if (a.is_future()) a = a.materialized();
       const auto transfer = payload_transfer();
       if (transfer && transfer->in_use(uses_tls(self->system())))
-        if (auto release = transfer->export_large(args, /*expires=*/false))
+        if (auto release = transfer->export_large(args, /*expires=*/false, st.job))
           call->on_settled(i, std::move(release));  // fetched by the worker, or freed once the rank settles
     } catch (...) {
       call->fail(i, std::current_exception());
@@ -424,11 +431,12 @@ void send_deferred(collector_actor* self) {
 }
 
 caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor> workers,
-                                 std::vector<std::string> names,
+                                 std::vector<std::string> names, std::string job,
                                  std::shared_ptr<std::vector<std::atomic<bool>>> alive) {
   auto& st = self->state;
   st.workers = std::move(workers);
   st.names = std::move(names);
+  st.job = std::move(job);
   st.alive = std::move(alive);
   st.death.assign(st.workers.size(), "");
   for (auto& w : st.workers) self->monitor(w);
@@ -498,13 +506,16 @@ class CafTransport : public Transport {
         alive_(std::make_shared<std::vector<std::atomic<bool>>>(workers_.size())) {
     std::vector<worker_actor> actors;
     std::vector<std::string> names;
+    std::string job;
     for (auto& w : workers_) {
       actors.push_back(actor_of(w));
       names.push_back(w->env().name);
+      if (auto* h = dynamic_cast<CafWorkerHandle*>(w.get()); h && job.empty()) job = h->job();
     }
     for (auto& a : *alive_) a = true;
     auto& sys = core_->system("a new worker group");
-    collector_ = sys.spawn<caf::detached>(collector_behavior, std::move(actors), std::move(names), alive_);
+    collector_ = sys.spawn<caf::detached>(collector_behavior, std::move(actors), std::move(names), std::move(job),
+                                          alive_);
     core_->live->track(caf::actor_cast<caf::abstract_actor*>(collector_));
   }
   ~CafTransport() override { stop(); }
@@ -675,8 +686,8 @@ std::string to_string(errc code) {
 
 worker_actor spawn_worker(caf::actor_system& sys) { return sys.spawn<caf::detached>(detail::worker_behavior); }
 
-WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env) {
-  return std::make_shared<detail::CafWorkerHandle>(std::move(actor), std::move(spec), std::move(env));
+WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env, std::string job) {
+  return std::make_shared<detail::CafWorkerHandle>(std::move(actor), std::move(spec), std::move(env), std::move(job));
 }
 
 caf::actor_system& system_of(Runtime& runtime) { return runtime.core_->system("system_of"); }

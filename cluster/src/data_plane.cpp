@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -336,11 +337,14 @@ DataPlaneOptions DataPlaneOptions::from_environment(DataPlaneOptions o) {
 struct DataPlane::Impl {
   /// Encoded bytes, or a DataProto encoded when fetched (so that encoding on this side
   /// overlaps with the fetcher preparing its buffer, and nothing is copied while it waits).
+  using Token = std::array<unsigned char, kTokenBytes>;
   struct Object {
     std::shared_ptr<std::vector<char>> bytes;
     std::shared_ptr<const DataProto> data;
     uint64_t size = 0;
     Clock::time_point expires;
+    bool job = false;  ///< stored for one job: only `token` may fetch or discard it
+    Token token{};
   };
   /// Buffers of objects already sent, kept for the next put (their pages are mapped: encoding
   /// into them is one memcpy, without page faults).
@@ -371,11 +375,74 @@ struct DataPlane::Impl {
     for (auto it = objects.begin(); it != objects.end();) {
       if (it->second.expires <= now) {
         ++stats.expired;
-        it = objects.erase(it);
+        it = erase_locked(it);
       } else {
         ++it;
       }
     }
+  }
+
+  /// Job tokens this server stores (or recently stored) objects for: a request carrying one
+  /// passes the door. Compared in constant time, every entry (no early exit).
+  struct JobToken {
+    Token token{};
+    size_t held = 0;    ///< objects stored under it now
+    uint64_t last = 0;  ///< when it was last used to store one
+  };
+  static constexpr size_t kIdleJobTokens = 256;  ///< tokens without objects that are remembered
+  std::vector<JobToken> job_tokens;
+  uint64_t token_clock = 0;
+
+  JobToken* find_job_token_locked(const unsigned char* t) {
+    JobToken* found = nullptr;
+    for (auto& j : job_tokens)
+      if (CRYPTO_memcmp(j.token.data(), t, kTokenBytes) == 0) found = &j;
+    return found;
+  }
+  void hold_job_token_locked(const Token& t) {
+    JobToken* j = find_job_token_locked(t.data());
+    if (!j) j = &job_tokens.emplace_back(JobToken{t});
+    ++j->held;
+    j->last = ++token_clock;
+    prune_job_tokens_locked();
+  }
+  void prune_job_tokens_locked() {
+    for (;;) {
+      size_t idle_count = 0;
+      auto oldest = job_tokens.end();
+      for (auto it = job_tokens.begin(); it != job_tokens.end(); ++it)
+        if (it->held == 0) {
+          ++idle_count;
+          if (oldest == job_tokens.end() || it->last < oldest->last) oldest = it;
+        }
+      if (idle_count <= kIdleJobTokens) return;
+      job_tokens.erase(oldest);
+    }
+  }
+  /// Removes a stored object (its job token stays known for a while).
+  std::map<std::string, Object>::iterator erase_locked(std::map<std::string, Object>::iterator it) {
+    if (it->second.job)
+      if (JobToken* j = find_job_token_locked(it->second.token.data()); j && j->held > 0) --j->held;
+    return objects.erase(it);
+  }
+  /// Whether `t` may fetch or discard `o`.
+  bool may_take_locked(const Object& o, const unsigned char* t) const {
+    if (o.job) return CRYPTO_memcmp(o.token.data(), t, kTokenBytes) == 0;
+    return !check_token || CRYPTO_memcmp(token, t, kTokenBytes) == 0;
+  }
+  /// An object to store, with `job_token` (hex; empty: the server's own token) as its key.
+  Object make_object(const std::string& job_token) {
+    Object o;
+    if (job_token.empty()) return o;
+    if (!from_hex(job_token, o.token.data()))
+      throw ValueError("data plane job token '" + job_token + "' is not 32 hex digits (job_data_plane_token)");
+    o.job = true;
+    return o;
+  }
+  void store_locked(const std::string& id, Object o) {
+    if (o.job) hold_job_token_locked(o.token);
+    objects[id] = std::move(o);
+    ++stats.put;
   }
 
   /// Accepted connections whose request is not complete yet: no thread, no buffer beyond the
@@ -403,7 +470,9 @@ struct DataPlane::Impl {
     const uint8_t op = static_cast<uint8_t>(p.req[4]);
     if (std::memcmp(p.req, kMagic, 4) != 0 || (op != kOpFetch && op != kOpDiscard)) return;  // not ours: hang up
     std::unique_lock lock(mutex);
-    if (check_token && CRYPTO_memcmp(p.req + 5 + kIdBytes, token, kTokenBytes) != 0) {
+    const auto* request_token = reinterpret_cast<const unsigned char*>(p.req + 5 + kIdBytes);
+    if (check_token && CRYPTO_memcmp(request_token, token, kTokenBytes) != 0 &&
+        !find_job_token_locked(request_token)) {
       ++stats.refused;
       lock.unlock();
       refuse(std::move(p.fd), kStatusBadToken);
@@ -524,15 +593,20 @@ struct DataPlane::Impl {
     try {
       const uint8_t op = static_cast<uint8_t>(req[4]);
       const std::string id = to_hex(reinterpret_cast<const unsigned char*>(req.data() + 5), kIdBytes);
+      const auto* request_token = reinterpret_cast<const unsigned char*>(req.data() + 5 + kIdBytes);
       std::optional<Object> object;
+      bool refused = false;
       {
         std::lock_guard lock(mutex);
         auto it = objects.find(id);
         if (it == objects.end()) {
           ++stats.unknown;
+        } else if (!may_take_locked(it->second, request_token)) {
+          ++stats.refused;  // another job's object (or not the cluster's token): it stays
+          refused = true;
         } else {
           object = std::move(it->second);  // one consumer: freed once handed out
-          objects.erase(it);
+          erase_locked(it);
           if (op == kOpFetch) {
             ++stats.fetched;
             stats.bytes_served += object->size;
@@ -540,6 +614,11 @@ struct DataPlane::Impl {
             ++stats.released;
           }
         }
+      }
+      if (refused) {
+        char head[1 + 8] = {static_cast<char>(kStatusBadToken)};
+        send_all(fd.get(), head, op == kOpDiscard ? 1 : sizeof head, timeout, "data plane server");
+        return;
       }
       if (op == kOpDiscard) {
         const char status = static_cast<char>(object ? kStatusOk : kStatusUnknown);
@@ -621,31 +700,35 @@ DataPlane::~DataPlane() {
     if (fd >= 0) ::close(fd);
 }
 
-ObjectRef DataPlane::put(std::vector<char> bytes, bool expires) {
+ObjectRef DataPlane::put(std::vector<char> bytes, bool expires, const std::string& token) {
   auto& im = *impl_;
+  Impl::Object object = im.make_object(token);
   ObjectRef ref;
   ref.host = im.advertise;
   ref.port = im.port;
   ref.id = random_id();
   ref.size = bytes.size();
+  object.bytes = std::make_shared<std::vector<char>>(std::move(bytes));
+  object.size = ref.size;
+  object.expires = expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max();
   std::lock_guard lock(im.mutex);
-  im.objects[ref.id] = Impl::Object{std::make_shared<std::vector<char>>(std::move(bytes)), nullptr, ref.size,
-                                    expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max()};
-  ++im.stats.put;
+  im.store_locked(ref.id, std::move(object));
   return ref;
 }
 
-ObjectRef DataPlane::put(DataProto data, bool expires) {
+ObjectRef DataPlane::put(DataProto data, bool expires, const std::string& token) {
   auto& im = *impl_;
+  Impl::Object object = im.make_object(token);
   ObjectRef ref;
   ref.host = im.advertise;
   ref.port = im.port;
   ref.id = random_id();
   ref.size = dataproto::serialized_size(data);
+  object.data = std::make_shared<const DataProto>(std::move(data));
+  object.size = ref.size;
+  object.expires = expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max();
   std::lock_guard lock(im.mutex);
-  im.objects[ref.id] = Impl::Object{nullptr, std::make_shared<const DataProto>(std::move(data)), ref.size,
-                                    expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max()};
-  ++im.stats.put;
+  im.store_locked(ref.id, std::move(object));
   return ref;
 }
 
@@ -655,7 +738,7 @@ bool DataPlane::release(const std::string& id) {
   auto it = im.objects.find(id);
   if (it == im.objects.end()) return false;
   auto bytes = std::move(it->second.bytes);
-  im.objects.erase(it);
+  im.erase_locked(it);
   if (bytes) im.recycle_locked(bytes);
   ++im.stats.released;
   return true;
@@ -697,8 +780,8 @@ void check_status(uint8_t status, const std::string& what) {
     throw DataPlaneError(what + ": unknown object id (never stored, already fetched, released or expired)");
   if (status == kStatusEncodeFailed) throw DataPlaneError(what + ": the holder could not encode the object");
   if (status == kStatusBadToken)
-    throw DataPlaneError(what + ": the holder refused the request: wrong data plane token (the controller and the "
-                                "nodes must share the cluster secret)");
+    throw DataPlaneError(what + ": the holder refused the request: wrong data plane token (the object belongs to "
+                                "another job, or the controller and the nodes do not share the cluster secret)");
   if (status == kStatusBusy)
     throw DataPlaneError(what + ": the holder refused the request: busy (" +
                          std::to_string(DataPlane::Impl::kMaxConnections) + " transfers in progress)");
@@ -737,7 +820,15 @@ uint64_t DataPlane::fetches() { return client_fetches.load(); }
 
 bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout) noexcept {
   try {
-    Fd fd = request(ref, kOpDiscard, timeout, process_token());
+    return discard(ref, timeout, process_token());
+  } catch (...) {
+    return false;
+  }
+}
+
+bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout, const std::string& token) noexcept {
+  try {
+    Fd fd = request(ref, kOpDiscard, timeout, token);
     char status = 0;
     recv_all(fd.get(), &status, 1, timeout, describe(ref));
     return static_cast<uint8_t>(status) == kStatusOk;
@@ -823,6 +914,26 @@ std::string data_plane_token(const std::string& secret) {
   return to_hex(md, kTokenBytes);
 }
 
+std::string job_data_plane_token(const std::string& cluster_token, const std::string& job_id) {
+  if (job_id.empty()) throw ValueError("job_data_plane_token: the job id is empty");
+  if (job_id.size() > 128)
+    throw ValueError("job_data_plane_token: the job id has " + std::to_string(job_id.size()) +
+                     " characters (at most 128)");
+  if (cluster_token.empty()) return {};
+  unsigned char key[kTokenBytes];
+  if (!from_hex(cluster_token, key))
+    throw ValueError("data plane token '" + cluster_token + "' is not 32 hex digits (data_plane_token)");
+  const std::string message = "hyflow-job/" + job_id;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key, static_cast<int>(kTokenBytes), reinterpret_cast<const unsigned char*>(message.data()),
+            message.size(), md, &len))
+    throw DataPlaneError("HMAC-SHA256 failed while deriving a job's data plane token");
+  return to_hex(md, kTokenBytes);
+}
+
+std::string new_job_id() { return random_id(); }
+
 DataPlaneOptions DataPlane::process_options() {
   auto& p = process_plane();
   std::lock_guard lock(p.mutex);
@@ -838,17 +949,19 @@ struct ExportPolicy {
   bool enabled = true;
   size_t threshold = 0;
   bool expires = true;
+  std::string token;  ///< the objects' job token (empty: the plane's own)
 };
 
-ExportPolicy policy_of(DataPlane& plane, bool expires) {
+ExportPolicy policy_of(DataPlane& plane, bool expires, const std::string& token) {
   auto& p = process_plane();
   std::lock_guard lock(p.mutex);
-  if (p.plane.get() == &plane) return {[&plane]() -> DataPlane& { return plane; }, p.enabled, p.threshold, expires};
+  if (p.plane.get() == &plane)
+    return {[&plane]() -> DataPlane& { return plane; }, p.enabled, p.threshold, expires, token};
   return {[&plane]() -> DataPlane& { return plane; }, plane.options().enabled, plane.options().threshold_bytes,
-          expires};
+          expires, token};
 }
 
-ExportPolicy process_policy(bool expires) {
+ExportPolicy process_policy(bool expires, const std::string& token) {
   auto& p = process_plane();
   {
     std::lock_guard lock(p.mutex);
@@ -858,7 +971,7 @@ ExportPolicy process_policy(bool expires) {
       p.threshold = o.threshold_bytes;
     }
   }
-  return {[]() -> DataPlane& { return DataPlane::process(); }, p.enabled, p.threshold, expires};
+  return {[]() -> DataPlane& { return DataPlane::process(); }, p.enabled, p.threshold, expires, token};
 }
 
 void export_one(Value& v, const ExportPolicy& policy, std::vector<ObjectRef>& out) {
@@ -868,7 +981,7 @@ void export_one(Value& v, const ExportPolicy& policy, std::vector<ObjectRef>& ou
   }
   if (!v.is_dataproto()) return;
   if (dataproto::serialized_size(v.dataproto()) < policy.threshold) return;
-  ObjectRef ref = policy.plane().put(std::move(v.dataproto()), policy.expires);
+  ObjectRef ref = policy.plane().put(std::move(v.dataproto()), policy.expires, policy.token);
   out.push_back(ref);
   v = Value(ref.to_json());
 }
@@ -902,19 +1015,19 @@ void collect_refs(const Value& v, std::vector<ObjectRef>& out) {
 }
 
 /// Fetches every handle; after a failure the remaining ones are discarded at their holders.
-void import_one(Value& v, std::chrono::milliseconds timeout, std::exception_ptr& failure) {
+void import_one(Value& v, std::chrono::milliseconds timeout, const std::string& token, std::exception_ptr& failure) {
   if (v.is_list()) {
-    for (auto& item : v.list()) import_one(item, timeout, failure);
+    for (auto& item : v.list()) import_one(item, timeout, token, failure);
     return;
   }
   if (!is_object_ref(v)) return;
   ObjectRef ref = ObjectRef::from_json(v.json());
   if (failure) {
-    DataPlane::discard(ref, timeout);
+    DataPlane::discard(ref, timeout, token);
     return;
   }
   try {
-    v = Value(dataproto::deserialize_owned(DataPlane::fetch(ref, timeout)));
+    v = Value(dataproto::deserialize_owned(DataPlane::fetch(ref, timeout, token)));
   } catch (...) {
     failure = std::current_exception();
   }
@@ -934,16 +1047,19 @@ bool is_object_ref(const Value& v) {
   return j.is_object() && j.size() == 1 && j.contains(kRefKey);
 }
 
-std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires) {
-  return export_with(values, policy_of(plane, expires));
+std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires,
+                                    const std::string& token) {
+  return export_with(values, policy_of(plane, expires, token));
 }
-std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires) {
-  return export_with(value, policy_of(plane, expires));
+std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires, const std::string& token) {
+  return export_with(value, policy_of(plane, expires, token));
 }
-std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires) {
-  return export_with(values, process_policy(expires));
+std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires, const std::string& token) {
+  return export_with(values, process_policy(expires, token));
 }
-std::vector<ObjectRef> export_large(Value& value, bool expires) { return export_with(value, process_policy(expires)); }
+std::vector<ObjectRef> export_large(Value& value, bool expires, const std::string& token) {
+  return export_with(value, process_policy(expires, token));
+}
 
 std::vector<ObjectRef> object_refs_in(const Value& value) {
   std::vector<ObjectRef> out;
@@ -952,14 +1068,22 @@ std::vector<ObjectRef> object_refs_in(const Value& value) {
 }
 
 void import_refs(std::vector<Value>& values, std::chrono::milliseconds timeout) {
-  std::exception_ptr failure;
-  for (auto& v : values) import_one(v, timeout, failure);
-  if (failure) std::rethrow_exception(failure);
+  import_refs(values, timeout, DataPlane::process_token());
 }
 
 void import_refs(Value& value, std::chrono::milliseconds timeout) {
+  import_refs(value, timeout, DataPlane::process_token());
+}
+
+void import_refs(std::vector<Value>& values, std::chrono::milliseconds timeout, const std::string& token) {
   std::exception_ptr failure;
-  import_one(value, timeout, failure);
+  for (auto& v : values) import_one(v, timeout, token, failure);
+  if (failure) std::rethrow_exception(failure);
+}
+
+void import_refs(Value& value, std::chrono::milliseconds timeout, const std::string& token) {
+  std::exception_ptr failure;
+  import_one(value, timeout, token, failure);
   if (failure) std::rethrow_exception(failure);
 }
 

@@ -33,6 +33,9 @@ struct RemoteLauncher::Impl {
     uint64_t session = 0;
   };
   Impl(caf::actor_system& s, ClusterOptions o) : sys(s), options(std::move(o)) {}
+  /// This controller session's job id: its workers' large payloads travel under the job's own
+  /// data plane token (job_data_plane_token), not only the cluster's.
+  const std::string job = new_job_id();
   /// Nodes whose manager went down (the connection broke or the node stopped): address -> why.
   struct Dead {
     std::mutex mutex;
@@ -172,6 +175,8 @@ const std::vector<NodeInfo>& RemoteLauncher::nodes() const {
   return impl_->infos;
 }
 
+const std::string& RemoteLauncher::job_id() const { return impl_->job; }
+
 ResourcePool RemoteLauncher::pool(int workers_per_node, bool use_gpu) const {
   return pool(std::vector<int>(impl_->nodes.size(), workers_per_node), use_gpu);
 }
@@ -255,9 +260,12 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
   using init_handle =
       decltype(self->request(workers[0], caf::infinite, actors::caf_protocol::init_atom::value, spec_json, spec_json));
   std::vector<init_handle> inits;
-  for (size_t i = 0; i < workers.size(); ++i)
+  for (size_t i = 0; i < workers.size(); ++i) {
+    Json env = placed[i].to_json();
+    env["JOB"] = im.job;
     inits.push_back(self->request(workers[i], caf::timespan{im.options.init_timeout},
-                                  actors::caf_protocol::init_atom::value, spec_json, placed[i].to_json().dump()));
+                                  actors::caf_protocol::init_atom::value, spec_json, env.dump()));
+  }
   int failed_rank = -1;
   for (size_t i = 0; i < inits.size(); ++i)
     inits[i].receive([](std::string&) {},
@@ -274,7 +282,7 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
   }
   std::vector<actors::WorkerRef> out;
   for (size_t i = 0; i < workers.size(); ++i)
-    out.push_back(actors::caf_protocol::make_worker_ref(workers[i], spec, placed[i]));
+    out.push_back(actors::caf_protocol::make_worker_ref(workers[i], spec, placed[i], im.job));
   return out;
 }
 

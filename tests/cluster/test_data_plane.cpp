@@ -4,6 +4,7 @@
 #include "test_workers.hpp"
 
 #include <hyflow/cluster/all.hpp>
+#include <hyflow/actors/payload_transfer.hpp>
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
@@ -168,6 +169,73 @@ TEST_CASE("a request without the cluster's data plane token is refused with a re
   CHECK(data_plane_token("cluster secret").size() == 32);
   CHECK(data_plane_token("").empty());
   CHECK_THROWS_AS(plane.require_token("not hex"), ValueError);
+}
+
+TEST_CASE("an object stored for a job is served only with that job's token; other tokens neither get nor free it") {
+  DataPlaneOptions o;
+  o.token = data_plane_token("cluster secret");
+  DataPlane plane(o);
+  const std::string job_a = job_data_plane_token(o.token, "job-a"), job_b = job_data_plane_token(o.token, "job-b");
+  const std::string holder = "127.0.0.1:" + std::to_string(plane.port());
+  auto ref = plane.put(pattern(100), true, job_a);
+  // A job this server holds nothing for is refused at the door, before a thread serves it.
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, job_b), Catch::Contains(holder) && Catch::Contains("wrong data plane token"));
+  // The cluster's token passes the door but is not this object's key.
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, o.token), Catch::Contains("another job"));
+  CHECK_FALSE(DataPlane::discard(ref, 2s, o.token));
+  // Once job b has objects here its token passes the door; job a's object still refuses it.
+  auto ref_b = plane.put(pattern(10), true, job_b);
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, job_b), Catch::Contains("wrong data plane token"));
+  CHECK_FALSE(DataPlane::discard(ref, 2s, job_b));
+  CHECK(plane.held() == 2);  // nothing was handed out or freed by the refusals
+  CHECK(DataPlane::fetch(ref, 2s, job_a) == pattern(100));
+  // An object stored without a job needs the cluster's token, not a job's.
+  auto plain = plane.put(pattern(20));
+  CHECK_THROWS_WITH(DataPlane::fetch(plain, 2s, job_b), Catch::Contains("wrong data plane token"));
+  CHECK(DataPlane::fetch(plain, 2s, o.token) == pattern(20));
+  CHECK(DataPlane::discard(ref_b, 2s, job_b));
+  CHECK(plane.held() == 0);
+  CHECK(plane.stats().refused == 6);
+  CHECK_THROWS_AS(plane.put(pattern(1), true, "not hex"), ValueError);
+}
+
+TEST_CASE("a job's data plane token is derived from the cluster token and the job id") {
+  const std::string cluster = data_plane_token("cluster secret");
+  const std::string a = job_data_plane_token(cluster, "job-a");
+  CHECK(a.size() == 32);
+  CHECK(a == job_data_plane_token(cluster, "job-a"));
+  CHECK(a != job_data_plane_token(cluster, "job-b"));
+  CHECK(a != job_data_plane_token(data_plane_token("another secret"), "job-a"));
+  CHECK(a != cluster);
+  CHECK(job_data_plane_token("", "job-a").empty());  // a cluster without a secret checks nothing
+  CHECK_THROWS_AS(job_data_plane_token(cluster, ""), ValueError);
+  CHECK_THROWS_AS(job_data_plane_token(cluster, std::string(129, 'x')), ValueError);
+  CHECK(new_job_id().size() == 32);
+  CHECK(new_job_id() != new_job_id());
+}
+
+TEST_CASE("the runtime's transfer stores a call's objects under its job: another job's import is refused") {
+  install_data_plane();
+  DataPlane::set_process_token(data_plane_token("transfer secret"));
+  auto transfer = actors::payload_transfer();
+  REQUIRE(transfer);
+  const DataProto batch(TensorDict{{"x", torch::arange(int64_t{1} << 19, torch::kFloat32).reshape({512, 1024})}});
+  std::vector<Value> values{Value(batch)};
+  DataPlaneOptions options = DataPlane::process_options();
+  options.threshold_bytes = 1024;
+  DataPlane::configure(options);
+  auto release = transfer->export_large(values, /*expires=*/false, "job-a");
+  REQUIRE(release);
+  REQUIRE(transfer->has_handles(values[0]));
+  auto stolen = values;
+  CHECK_THROWS_WITH(transfer->import_handles(stolen, "job-b"), Catch::Contains("wrong data plane token"));
+  CHECK_THROWS_WITH(transfer->import_handles(stolen, ""), Catch::Contains("wrong data plane token"));
+  transfer->import_handles(values, "job-a");
+  CHECK(torch::equal(values[0].dataproto().batch.at("x"), batch.batch.at("x")));
+  release();
+  options.threshold_bytes = size_t{1} << 20;
+  DataPlane::configure(options);
+  DataPlane::set_process_token("");  // the other tests run without a secret
 }
 
 TEST_CASE("a stored object is fetched bit for bit exactly once; a second fetch is an unknown id") {
@@ -421,13 +489,17 @@ TEST_CASE("with a shared secret, large DataProtos travel both ways between token
   {
     auto cluster = RemoteLauncher::connect(*rt, {.nodes = {node.address()}, .secret = read_secret_file(file)});
     CHECK(DataPlane::process_token() == data_plane_token("data plane secret"));
+    // Both ways travel under this session's job token, which controller and node derive from the
+    // job id: a node that used the cluster token instead would be refused (tested above).
+    CHECK(cluster->job_id().size() == 32);
     rt->set_launcher(cluster);
     WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});
     const DataProto batch = big_batch(int64_t{4} << 20);
     const auto fetches_before = DataPlane::fetches();
+    const auto refused_before = DataPlane::process().stats().refused;
     DataProto back = wg.call(&test::EchoWorker::identity, batch);
     CHECK(DataPlane::fetches() == fetches_before + 1);  // the result came over the node's data server
-    CHECK(DataPlane::process().stats().refused == 0);
+    CHECK(DataPlane::process().stats().refused == refused_before);
     check_same(back, batch);
   }
   rt.reset();

@@ -49,8 +49,11 @@ void register_types(caf::actor_system_config& cfg);
 worker_actor spawn_worker(caf::actor_system& sys);
 
 /// Wraps a worker actor (local, or a proxy of a remote one) that has been initialized with
-/// `spec` and `env`, for WorkerGroup (through a WorkerLauncher).
-WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env);
+/// `spec` and `env`, for WorkerGroup (through a WorkerLauncher). `job`: the id of the job
+/// (controller session) a remote launcher started the worker for, also sent to the worker as
+/// "JOB" in its env message; large payloads of the group's calls travel under that job's data
+/// plane token (hyflow/cluster/data_plane.hpp). Empty: none.
+WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env, std::string job = {});
 
 /// The actor system a Runtime runs on.
 caf::actor_system& system_of(Runtime& runtime);

@@ -13,8 +13,12 @@
 //   fetch:   server -> status | u64 size | size bytes
 //   discard: server -> status
 //   status: 0 ok, 1 unknown id, 2 encoding failed, 3 wrong token, 4 busy (refusals send a zero size)
-// The token is data_plane_token(cluster secret): a server with a token answers nothing else. An
-// accepted connection costs the server no thread until its whole request (37 bytes) has
+// Tokens: the cluster's, data_plane_token(secret), and one per job (a controller session),
+// job_data_plane_token(cluster token, job id). An object stored for a job is served only to a
+// request carrying that job's token (a wrong token neither receives nor frees it); one stored
+// without a job needs the cluster token. A server with a token refuses, before any thread
+// serves it, a request whose token is neither the cluster's nor that of a job it has recently
+// stored objects for. An accepted connection costs the server no thread until its whole request (37 bytes) has
 // arrived; one that has not sent it within request_timeout is closed, and when 256 such
 // connections wait, the oldest is closed to make room.
 // Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
@@ -117,12 +121,14 @@ class DataPlane {
   DataPlane& operator=(const DataPlane&) = delete;
 
   /// Stores `bytes` until fetched or released, or (with `expires`) until object_ttl passes;
-  /// the handle names this server.
-  ObjectRef put(std::vector<char> bytes, bool expires = true);
+  /// the handle names this server. `token` (32 hex digits, job_data_plane_token) is the only
+  /// one that may fetch or discard the object; empty: this server's own token (the cluster's).
+  /// ValueError for a malformed token.
+  ObjectRef put(std::vector<char> bytes, bool expires = true, const std::string& token = {});
   /// Stores a DataProto, encoded in the wire format (serialization.hpp) when it is fetched
   /// (into a buffer kept from earlier sends, up to 2 are kept): until then only tensor handles
-  /// are held, no copy. The handle's size is the encoding's.
-  ObjectRef put(DataProto data, bool expires = true);
+  /// are held, no copy. The handle's size is the encoding's. `token` as above.
+  ObjectRef put(DataProto data, bool expires = true, const std::string& token = {});
   /// Frees an object; false when it was already gone (fetched, released, expired).
   bool release(const std::string& id);
   /// Objects held now.
@@ -142,6 +148,8 @@ class DataPlane {
   /// Asks the holder to free the object; true when it held it. Never throws: an unreachable
   /// holder is reported as false (its objects expire anyway).
   static bool discard(const ObjectRef& ref, std::chrono::milliseconds io_timeout) noexcept;
+  /// The same with an explicit token (a job's; empty: zeros).
+  static bool discard(const ObjectRef& ref, std::chrono::milliseconds io_timeout, const std::string& token) noexcept;
   /// Objects this process has pulled from any holder with fetch() (for diagnostics and tests).
   static uint64_t fetches();
 
@@ -171,6 +179,17 @@ class DataPlane {
 /// in hex; empty for an empty secret. Every process of the cluster derives the same one.
 std::string data_plane_token(const std::string& secret);
 
+/// The data plane token of one job (a controller session) of a cluster: HMAC-SHA256(cluster
+/// token, "hyflow-job/" + job id) cut to 128 bits, in hex; empty when `cluster_token` is empty
+/// (a cluster without a secret checks nothing). The controller and every node derive it from
+/// the job id, which travels in the job's own (authenticated) CAF messages; objects a job's
+/// calls move are stored under it, so another job (or a peer that knows only the cluster
+/// token) can neither fetch nor free them. ValueError for an empty or overlong job id.
+std::string job_data_plane_token(const std::string& cluster_token, const std::string& job_id);
+
+/// A fresh job id: 128 random bits in hex.
+std::string new_job_id();
+
 /// Whether this process sends large DataProtos over its data plane: enabled, and either its
 /// CAF connections are not TLS (`caf_uses_tls`) or `with_tls` is set.
 bool data_plane_in_use(bool caf_uses_tls);
@@ -180,14 +199,16 @@ bool data_plane_in_use(bool caf_uses_tls);
 bool is_object_ref(const Value& v);
 
 /// Replaces every DataProto in `values` (also inside lists) whose encoding reaches the
-/// threshold by a handle to it, stored in `plane` (put with `expires`); returns the handles. Nothing is replaced when
-/// the plane is disabled.
-std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires = true);
-std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires = true);
+/// threshold by a handle to it, stored in `plane` (put with `expires` and `token`, see
+/// DataPlane::put); returns the handles. Nothing is replaced when the plane is disabled.
+std::vector<ObjectRef> export_large(std::vector<Value>& values, DataPlane& plane, bool expires = true,
+                                    const std::string& token = {});
+std::vector<ObjectRef> export_large(Value& value, DataPlane& plane, bool expires = true,
+                                    const std::string& token = {});
 /// The same with the process-wide plane, which starts only when a DataProto reaches the
 /// threshold (small payloads never start a server).
-std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires = true);
-std::vector<ObjectRef> export_large(Value& value, bool expires = true);
+std::vector<ObjectRef> export_large(std::vector<Value>& values, bool expires = true, const std::string& token = {});
+std::vector<ObjectRef> export_large(Value& value, bool expires = true, const std::string& token = {});
 
 /// Handles inside `value` (also inside lists), without fetching anything.
 std::vector<ObjectRef> object_refs_in(const Value& value);
@@ -195,11 +216,18 @@ std::vector<ObjectRef> object_refs_in(const Value& value);
 /// Replaces every handle in `values` by the DataProto it names, pulled from its holder and
 /// decoded without a copy. DataPlaneError (see fetch) or FormatError on bad bytes; objects
 /// not reached yet are discarded at their holders so that nothing is left behind.
+/// Requests carry the process token (DataPlane::set_process_token).
 void import_refs(std::vector<Value>& values, std::chrono::milliseconds io_timeout);
 void import_refs(Value& value, std::chrono::milliseconds io_timeout);
+/// The same with an explicit token (a job's, job_data_plane_token).
+void import_refs(std::vector<Value>& values, std::chrono::milliseconds io_timeout, const std::string& token);
+void import_refs(Value& value, std::chrono::milliseconds io_timeout, const std::string& token);
 
 /// Makes the process-wide data plane the runtime's PayloadTransfer, so that remote calls move
-/// large DataProtos over it (idempotent). RemoteLauncher::connect and NodeServer call it.
+/// large DataProtos over it (idempotent). RemoteLauncher::connect and NodeServer call it. A
+/// call's objects are stored and fetched under its job's token (job_data_plane_token of the
+/// process token and the job id the PayloadTransfer is given), or the process token when the
+/// call names no job.
 void install_data_plane();
 
 }  // namespace hyflow::cluster

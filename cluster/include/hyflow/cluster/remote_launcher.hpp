@@ -49,6 +49,9 @@ class RemoteLauncher : public actors::WorkerLauncher {
 
   /// Nodes in rank order (sorted by address).
   const std::vector<NodeInfo>& nodes() const;
+  /// This session's job id (128 random bits in hex): the workers it launches store and fetch
+  /// their large payloads under job_data_plane_token(cluster token, job id).
+  const std::string& job_id() const;
   /// A pool of `workers_per_node` on every node (verl's process_on_nodes).
   ResourcePool pool(int workers_per_node, bool use_gpu = false) const;
   /// A pool from explicit per-node counts; ClusterError when it needs more nodes than there
