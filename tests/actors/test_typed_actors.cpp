@@ -26,6 +26,7 @@ class PolicyWorker : public Worker {
   int fail(int) { throw std::runtime_error("plain failure"); }
   void touch(int x) { touched_ += x; }
   int touched() const { return touched_; }
+  Json info() const { return Json{{"rank", rank()}, {"nested", {{"ok", true}}}}; }
   static void define_methods(MethodTable<PolicyWorker>& t) {
     t.add("twice", &PolicyWorker::twice, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
     t.add("plus_rank", &PolicyWorker::plus_rank, {.dispatch = Dispatch::ONE_TO_ALL});
@@ -33,6 +34,7 @@ class PolicyWorker : public Worker {
     t.add("fail", &PolicyWorker::fail, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("touch", &PolicyWorker::touch, {.dispatch = Dispatch::ONE_TO_ALL});
     t.add("touched", &PolicyWorker::touched, {.dispatch = Dispatch::ONE_TO_ALL});
+    t.add("info", &PolicyWorker::info, {.dispatch = Dispatch::ONE_TO_ALL});
   }
 
  private:
@@ -53,6 +55,7 @@ using Lead = hyflow::method<"lead", &PolicyWorker::lead, std::string>;
 using Fail = hyflow::method<"fail", &PolicyWorker::fail>;
 using Touch = hyflow::method<"touch", &PolicyWorker::touch>;
 using Touched = hyflow::method<"touched", &PolicyWorker::touched>;
+using Info = hyflow::method<"info", &PolicyWorker::info>;
 using Value_ = hyflow::method<"value", &CriticRole::value>;
 
 using policy_actor = typed_group_actor<Twice, PlusRank, Lead, Fail, Touch, Touched>;
@@ -64,6 +67,8 @@ static_assert(std::is_same_v<typed_group_actor<PlusRank>,
                              caf::typed_actor<caf::replies_to<PlusRank, int>::with<std::vector<int>>>>);
 static_assert(
     std::is_same_v<typed_group_actor<Lead>, caf::typed_actor<caf::replies_to<Lead, std::string>::with<std::string>>>);
+static_assert(
+    std::is_same_v<typed_group_actor<Info>, caf::typed_actor<caf::replies_to<Info>::with<std::vector<Json>>>>);
 static_assert(std::is_same_v<typed_group_actor<Touch>, caf::typed_actor<caf::reacts_to<Touch, int>>>);
 // A handle with more methods narrows to one with fewer, never the other way round.
 // (CAF's own rule for converting typed handles: the target's signatures are a subset.)
@@ -142,6 +147,22 @@ TEST_CASE("a typed group actor answers each method with the types of its method 
   self->request(policy, caf::infinite, Touched{}).receive([&](std::vector<int> r) { per_rank = r; }, no_error);
   CHECK(per_rank == std::vector<int>{3, 3});
 
+  SECTION("Json results are CAF message types (in-process, and through CAF's serializers)") {
+    auto info = spawn_typed_group_actor<Info>(app, wg);
+    std::vector<Json> records;
+    self->request(info, caf::infinite, Info{}).receive([&](std::vector<Json> r) { records = r; }, no_error);
+    REQUIRE(records.size() == 2);
+    CHECK(records[1]["rank"] == 1);
+    std::vector<char> buf;
+    caf::binary_serializer sink{app, buf};
+    REQUIRE_FALSE(sink(records));
+    std::vector<Json> back;
+    caf::binary_deserializer source{app, buf};
+    REQUIRE_FALSE(source(back));
+    CHECK(back == records);
+    CHECK_THAT(caf::deep_to_string(records[0]), Catch::Contains("nested"));
+    caf::anon_send_exit(info, caf::exit_reason::user_shutdown);
+  }
   SECTION("a worker's std::runtime_error arrives as a caf::error of the hyflow category naming its class") {
     caf::error err;
     self->request(policy, caf::infinite, Fail{}, 1).receive([](std::vector<int>) {}, [&](caf::error& e) { err = e; });

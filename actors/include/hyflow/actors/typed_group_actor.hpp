@@ -16,6 +16,7 @@
 // another member, and a declared result that the method's dispatch mode cannot produce.
 // Failed calls arrive as caf::error of the "hyflow" category (group_actor.hpp: error_kind).
 
+#include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/group_actor.hpp>
 #include <hyflow/actors/method_table.hpp>
 #include <hyflow/actors/worker_group.hpp>
@@ -36,6 +37,38 @@
 #include <typeindex>
 #include <utility>
 #include <vector>
+
+// Json (a common result: metrics, per-rank records) as a CAF message type: its text, with the
+// nesting limit of Values received from the network. Found by argument-dependent lookup.
+NLOHMANN_JSON_NAMESPACE_BEGIN
+inline caf::error inspect(caf::serializer& f, basic_json<>& x) {
+  std::string text = x.dump();
+  return f(text);
+}
+inline caf::error inspect(caf::deserializer& f, basic_json<>& x) {
+  using hyflow::actors::detail::json_depth;
+  using hyflow::actors::detail::kMaxJsonDepth;
+  std::string text;
+  if (auto err = f(text)) return err;
+  if (json_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    return caf::make_error(caf::sec::invalid_argument, "Json of " + std::to_string(text.size()) +
+                                                           " bytes nests deeper than " + std::to_string(kMaxJsonDepth) +
+                                                           " levels");
+  try {
+    x = basic_json<>::parse(text);
+  } catch (const std::exception& e) {
+    return caf::make_error(caf::sec::invalid_argument, std::string("bad Json: ") + e.what());
+  }
+  return {};
+}
+template <class Inspector>
+std::enable_if_t<!std::is_base_of_v<caf::serializer, Inspector> && !std::is_base_of_v<caf::deserializer, Inspector>,
+                 typename Inspector::result_type>
+inspect(Inspector& f, basic_json<>& x) {
+  std::string text = x.dump();
+  return f(caf::meta::type_name("Json"), text);
+}
+NLOHMANN_JSON_NAMESPACE_END
 
 namespace hyflow::actors {
 
