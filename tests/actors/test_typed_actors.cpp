@@ -378,3 +378,45 @@ TEST_CASE("actor workers: the group's end ends the application's actors; declara
   CHECK_THROWS_AS((workers.method<reset_atom, void()>("later")), ValueError);
   CHECK_THROWS_WITH(WorkerGroup(runtime, ResourcePool({1}), workers.spec()), Catch::Contains("ActorWorkers"));
 }
+
+TEST_CASE("actor workers: a factory that fails names the rank and stops the ranks made so far") {
+  AppConfig cfg;
+  caf::actor_system app{cfg};
+  Runtime runtime(app);
+  std::vector<caf::actor> made;
+  ActorWorkers flaky(runtime, "FlakyScorer", [&](caf::actor_system& sys, const WorkerEnv& env) {
+    if (env.rank == 1) throw ValueError("no judge for rank 1");
+    made.push_back(sys.spawn(scorer, 0));
+    return made.back();
+  });
+  flaky.method<offset_atom, int(int)>("offset", {.dispatch = Dispatch::ONE_TO_ALL});
+  caf::scoped_actor self{app};
+  CHECK_THROWS_WITH(flaky.make_group(ResourcePool({2})),
+                    Catch::Contains("failed on rank 1 of 2") && Catch::Contains("no judge for rank 1"));
+  REQUIRE(made.size() == 1);
+  self->monitor(made[0]);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; });
+  CHECK(down);
+}
+
+TEST_CASE("actor workers: kill_worker ends that rank's actor and fails its later calls") {
+  AppConfig cfg;
+  caf::actor_system app{cfg};
+  Runtime runtime(app);
+  std::vector<caf::actor> made;
+  ActorWorkers workers(runtime, "CountedScorer", [&](caf::actor_system& sys, const WorkerEnv& env) {
+    made.push_back(sys.spawn(scorer, env.rank));
+    return made.back();
+  });
+  workers.method<offset_atom, int(int)>("offset", {.dispatch = Dispatch::ONE_TO_ALL});
+  WorkerGroup group = workers.make_group(ResourcePool({2}));
+  REQUIRE(made.size() == 2);
+  caf::scoped_actor self{app};
+  self->monitor(made[1]);
+  group.kill_worker(1);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; });
+  CHECK(down);
+  CHECK_THROWS_AS(group.call("offset", 1), WorkerDiedError);
+}
