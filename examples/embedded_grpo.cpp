@@ -1,14 +1,18 @@
 // An existing CAF application that embeds a GRPO-style controller (docs/embedding.md).
 //
 // The application has its own actor system, its own message type (StepReport) and its own
-// event-based actors: a `logger` and a `trainer` actor. hyflow runs on the application's actor
-// system (Runtime(system), Runtime::register_types on its config). The trainer actor drives two
-// worker groups with asynchronous calls (group.request(self, ...).then), never blocking its
+// event-based actors: a `logger`, a `judge` (its reward function) and a `trainer` actor. hyflow
+// runs on the application's actor system (Runtime(system), Runtime::register_types on its
+// config). The judge actors become the workers of the reward group as they are (ActorWorkers).
+// The trainer sees both groups as typed CAF actors whose interfaces come from their method
+// tables (typed_group_actor) and drives them with asynchronous requests, never blocking its
 // scheduler thread: generate -> reward -> group-relative advantages -> update, for a few steps.
-// Shutdown: the Runtime goes first while the trainer still holds its group handles; the trainer
-// and the logger end afterwards, then the actor system. Run 20 times in a row as a test.
+// Shutdown: the Runtime goes first while the trainer still holds its typed group handles; the
+// trainer, the group actors and the logger end afterwards, then the actor system. Run 20 times
+// in a row as a test.
+#include <hyflow/actors/actor_workers.hpp>
 #include <hyflow/actors/all.hpp>
-#include <hyflow/actors/group_actor.hpp>
+#include <hyflow/actors/typed_group_actor.hpp>
 
 #include <torch/torch.h>
 #include <caf/all.hpp>
@@ -36,6 +40,7 @@ typename Inspector::result_type inspect(Inspector& f, StepReport& x) {
 
 using train_atom = caf::atom_constant<caf::atom("train")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using judge_atom = caf::atom_constant<caf::atom("judge")>;
 
 struct Config : caf::actor_system_config {
   Config() {
@@ -53,9 +58,18 @@ caf::behavior logger(caf::event_based_actor*) {
   }};
 }
 
+/// The application's reward function, an actor that knows nothing of hyflow: closeness of each
+/// response to 1 (a rule reward, like verl's reward functions).
+caf::behavior judge(caf::event_based_actor*) {
+  return {[](judge_atom, DataProto& batch) {
+    auto r = -(batch.batch.at("response") - 1.0).pow(2);
+    return DataProto(TensorDict{{"reward", r}});
+  }};
+}
+
 }  // namespace app
 
-// ---- hyflow workers: a toy policy and a rule reward ----------------------------------------
+// ---- a hyflow worker class: a toy policy ---------------------------------------------------
 
 /// A one-parameter "policy": for prompt p, response i of its group is theta + p/10 + offset_i.
 class ToyPolicy : public hyflow::Worker {
@@ -87,25 +101,20 @@ class ToyPolicy : public hyflow::Worker {
 };
 HYFLOW_REGISTER_WORKER(ToyPolicy, "ToyPolicy");
 
-/// Reward: closeness of the response to 1 (a rule reward, like verl's reward functions).
-class ToyReward : public hyflow::Worker {
- public:
-  DataProto score(DataProto batch) {
-    auto r = -(batch.batch.at("response") - 1.0).pow(2);
-    return DataProto(TensorDict{{"reward", r}});
-  }
-  static void define_methods(hyflow::MethodTable<ToyReward>& t) {
-    t.add("score", &ToyReward::score, {.dispatch = hyflow::Dispatch::DP_COMPUTE_PROTO});
-  }
-};
-HYFLOW_REGISTER_WORKER(ToyReward, "ToyReward");
-
 // ---- the trainer: an event-based actor of the application, driving the groups -----------------
+
+// The groups as typed CAF actors: one message per method, types from the method tables.
+using Generate = hyflow::method<"generate", &ToyPolicy::generate>;  // DataProto -> DataProto
+using Update = hyflow::method<"update", &ToyPolicy::update>;        // DataProto -> one Json per rank
+using Score = hyflow::named_method<"score", DataProto(DataProto)>;  // the judges' method (below)
+using policy_actor = hyflow::typed_group_actor<Generate, Update>;
+using reward_actor = hyflow::typed_group_actor<Score>;
 
 namespace app {
 
 struct trainer_state {
-  std::optional<hyflow::WorkerGroup> policy, reward;
+  policy_actor policy;
+  reward_actor reward;
   caf::actor log;
   int steps = 0, step = 0;
   caf::response_promise done;
@@ -136,17 +145,17 @@ void run_step(caf::stateful_actor<trainer_state>* self) {
   }
   ++st.step;
   auto fail = [self](caf::error& e) { on_error(self, e); };
-  st.policy->request(self, &ToyPolicy::generate, st.prompts)
+  self->request(st.policy, caf::infinite, Generate{}, st.prompts)
       .then(
           [self, fail](DataProto responses) {
-            self->state.reward->request(self, &ToyReward::score, responses)
+            self->request(self->state.reward, caf::infinite, Score{}, responses)
                 .then(
                     [self, fail, responses](DataProto scored) mutable {
                       auto& st = self->state;
                       auto rewards = scored.batch.at("reward");
                       responses.batch.set("advantage", group_advantages(rewards));
                       const double mean_reward = rewards.mean().item<double>();
-                      st.policy->request(self, &ToyPolicy::update, responses)
+                      self->request(st.policy, caf::infinite, Update{}, responses)
                           .then(
                               [self, mean_reward](std::vector<Json> per_rank) {
                                 self->send(self->state.log, StepReport{self->state.step, mean_reward,
@@ -160,10 +169,10 @@ void run_step(caf::stateful_actor<trainer_state>* self) {
           fail);
 }
 
-caf::behavior trainer(caf::stateful_actor<trainer_state>* self, hyflow::WorkerGroup policy, hyflow::WorkerGroup reward,
+caf::behavior trainer(caf::stateful_actor<trainer_state>* self, policy_actor policy, reward_actor reward,
                       caf::actor log) {
-  self->state.policy.emplace(std::move(policy));
-  self->state.reward.emplace(std::move(reward));
+  self->state.policy = std::move(policy);
+  self->state.reward = std::move(reward);
   self->state.log = std::move(log);
   // 3 prompts x kGroupSize samples, interleaved: rows (p0 s0..s3), (p1 s0..s3), ...
   auto prompt = torch::arange(3, torch::kInt64).repeat_interleave(kGroupSize);
@@ -176,7 +185,7 @@ caf::behavior trainer(caf::stateful_actor<trainer_state>* self, hyflow::WorkerGr
         run_step(self);
         return self->state.done;
       },
-      [=](stop_atom) { self->quit(); },  // drops its group handles, after the Runtime is gone
+      [=](stop_atom) { self->quit(); },  // drops its typed group handles, after the Runtime is gone
   };
 }
 
@@ -191,14 +200,20 @@ int main() {
   {
     hyflow::Runtime runtime(system);
     hyflow::WorkerGroup policy(runtime, hyflow::ResourcePool({2}), {"ToyPolicy", {{"lr", 0.5}}});
-    hyflow::WorkerGroup reward(runtime, hyflow::ResourcePool({1}), {"ToyReward", Json::object()});
-    trainer = system.spawn(app::trainer, policy, reward, log);
+    // The application's judge actors as the reward group's workers, one per rank.
+    hyflow::ActorWorkers judges(runtime, "AppJudge",
+                                [](caf::actor_system& sys, const hyflow::WorkerEnv&) { return sys.spawn(app::judge); });
+    judges.method<app::judge_atom, DataProto(DataProto)>("score", {.dispatch = hyflow::Dispatch::DP_COMPUTE_PROTO});
+    hyflow::WorkerGroup reward = judges.make_group(hyflow::ResourcePool({2}));
+    // Interfaces are checked here, at spawn (a BindError names a method that does not fit).
+    trainer = system.spawn(app::trainer, hyflow::spawn_typed_group_actor<Generate, Update>(system, policy),
+                           hyflow::spawn_typed_group_actor<Score>(system, reward), log);
     caf::scoped_actor self{system};
     self->request(trainer, caf::infinite, app::train_atom::value, 5)
         .receive([&](int n) { steps_done = n; },
                  [&](caf::error& e) { std::cerr << "training failed: " << system.render(e) << std::endl; });
-  }  // ~Runtime: groups and workers stop; the trainer still holds (now inert) group handles
-  caf::anon_send(trainer, app::stop_atom::value);
+  }  // ~Runtime: groups, workers and judges stop; the trainer still holds (now inert) group actors
+  caf::anon_send(trainer, app::stop_atom::value);  // its group actors end with their last handle
   caf::anon_send_exit(log, caf::exit_reason::user_shutdown);
   std::printf("trained %d steps; clean shutdown\n", steps_done);
   return steps_done == 5 ? 0 : 1;

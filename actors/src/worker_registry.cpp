@@ -24,7 +24,7 @@ NamedRegistry<Entry>& worker_types() {
 
 void register_worker_factory(const std::string& name, WorkerFactory factory, std::type_index type,
                              std::shared_ptr<const MethodTableBase> table) {
-  const Entry registered = worker_types().add_or_get(name, Entry{std::move(factory), type, std::move(table)});
+  const Entry registered = worker_types().add_or_get(name, Entry{std::move(factory), type, table});
   // The same class registered again (from another translation unit) is fine; its entry stays.
   if (registered.type != type || (type == std::type_index(typeid(void)) && registered.table != table))
     throw ValueError("worker type name '" + name + "' is already registered for another class");
