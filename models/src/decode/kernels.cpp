@@ -74,10 +74,6 @@ float dot_portable(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void axpy_portable(float* y, float a, const float* x, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) y[k] += a * x[k];
-}
-
 // ---- AVX2 + FMA build ------------------------------------------------------------------
 #ifdef HYFLOW_DECODE_X86
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
@@ -177,15 +173,6 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   float s = hsum(_mm256_add_ps(acc0, acc1));
   for (; k < n; ++k) s += a[k] * b[k];
   return s;
-}
-
-__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float a, const float* x, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    _mm256_storeu_ps(y + k, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
-  }
-  for (; k < n; ++k) y[k] += a * x[k];
 }
 
 // exp(x) for 8 floats: Cody-Waite range reduction by ln 2 and a degree-5 polynomial (the
@@ -360,6 +347,43 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   });
 }
 
+#ifdef HYFLOW_DECODE_X86
+// out[0 .. 8 NV) = sum_s (scores[s] / total) v_s[0 .. 8 NV), the sum kept in registers and taken in
+// position order (one fma per position).
+template <int NV>
+__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* scores, float total, const float* v,
+                                                           const int32_t* blocks, int64_t block_size, int64_t stride,
+                                                           int64_t length, float* out) {
+  __m256 acc[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const float* base = v + static_cast<int64_t>(blocks[b]) * block_size * stride;
+    const int64_t n = std::min(block_size, length - s);
+    for (int64_t i = 0; i < n; ++i, ++s) {
+      const __m256 p = _mm256_set1_ps(scores[s] / total);
+      const float* vs = base + i * stride;
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vs + 8 * j), acc[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+#endif
+
+// Calls f(s, pointer to position s's row) for s < length, walking the block table (no division
+// per position).
+template <class F>
+void for_positions(const float* base, const int32_t* blocks, int64_t block_size, int64_t stride, int64_t length,
+                   F&& f) {
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const float* block = base + static_cast<int64_t>(blocks[b]) * block_size * stride;
+    const int64_t n = std::min(block_size, length - s);
+    for (int64_t i = 0; i < n; ++i, ++s) f(s, block + i * stride);
+  }
+}
+
 template <bool Avx2>
 void attend_impl(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
                  int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
@@ -369,21 +393,12 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
 #endif
     return dot_portable(a, b, dim);
   };
-  auto axpy = [&](float a, const float* xs) {
-#ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return axpy_avx2(out, a, xs, dim);
-#endif
-    axpy_portable(out, a, xs, dim);
-  };
-  auto offset = [&](int64_t s) {
-    return (static_cast<int64_t>(blocks[s / block_size]) * block_size + s % block_size) * stride;
-  };
   const float scale = std::sqrt(static_cast<float>(dim));
   float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t s = 0; s < length; ++s) {
-    scores[s] = dot(q, k + offset(s)) / scale;
+  for_positions(k, blocks, block_size, stride, length, [&](int64_t s, const float* ks) {
+    scores[s] = dot(q, ks) / scale;
     max_score = std::max(max_score, scores[s]);
-  }
+  });
   float total = 0.0F;
   bool exponentiated = false;
 #ifdef HYFLOW_DECODE_X86
@@ -398,8 +413,52 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
       total += scores[s];
     }
   }
-  std::fill(out, out + dim, 0.0F);
-  for (int64_t s = 0; s < length; ++s) axpy(scores[s] / total, v + offset(s));
+  int64_t d = 0;
+#ifdef HYFLOW_DECODE_X86
+  if constexpr (Avx2) {
+    // 64 dims at a time in 8 registers, then the last whole vectors; the rest below.
+    for (; d + 64 <= dim; d += 64) {
+      weighted_sum_avx2<8>(scores, total, v + d, blocks, block_size, stride, length, out + d);
+    }
+    const int64_t nv = (dim - d) / 8;
+    auto run = [&]<int NV>() {
+      weighted_sum_avx2<NV>(scores, total, v + d, blocks, block_size, stride, length, out + d);
+      d += 8 * NV;
+    };
+    switch (nv) {
+      case 7:
+        run.template operator()<7>();
+        break;
+      case 6:
+        run.template operator()<6>();
+        break;
+      case 5:
+        run.template operator()<5>();
+        break;
+      case 4:
+        run.template operator()<4>();
+        break;
+      case 3:
+        run.template operator()<3>();
+        break;
+      case 2:
+        run.template operator()<2>();
+        break;
+      case 1:
+        run.template operator()<1>();
+        break;
+      default:
+        break;
+    }
+  }
+#endif
+  if (d < dim) {
+    std::fill(out + d, out + dim, 0.0F);
+    for_positions(v, blocks, block_size, stride, length, [&](int64_t s, const float* vs) {
+      const float p = scores[s] / total;
+      for (int64_t i = d; i < dim; ++i) out[i] += p * vs[i];
+    });
+  }
 }
 
 }  // namespace
