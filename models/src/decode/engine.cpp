@@ -167,7 +167,8 @@ struct DecodeEngine::State {
   int64_t qdim() const { return heads * head_dim; }
   int64_t kvdim() const { return kv_heads * head_dim; }
 
-  // Paged KV cache: per layer, keys then values, each (blocks * block_size, kvdim).
+  // Paged KV cache: per layer, keys then values, each (blocks, kv_heads, block_size, head_dim):
+  // a head's positions in a block are contiguous, so attention reads each head as short streams.
   at::Tensor kv;
   int64_t kv_blocks = 0;
   BlockPool pool;
@@ -392,9 +393,11 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         for (int64_t h = 0; h < st.kv_heads; ++h) rotate(k + r * kvdim + h * D, c, s, D, tmp);
         const auto& seq = seqs[static_cast<size_t>(row.seq)];
         const int64_t slot =
-            static_cast<int64_t>(seq.blocks[static_cast<size_t>(row.index / bs)]) * bs + row.index % bs;
-        std::memcpy(keys + slot * kvdim, k + r * kvdim, static_cast<size_t>(kvdim) * sizeof(float));
-        std::memcpy(values + slot * kvdim, v + r * kvdim, static_cast<size_t>(kvdim) * sizeof(float));
+            static_cast<int64_t>(seq.blocks[static_cast<size_t>(row.index / bs)]) * bs * kvdim + (row.index % bs) * D;
+        for (int64_t h = 0; h < st.kv_heads; ++h) {
+          std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+        }
       }
       const int64_t group = st.heads / st.kv_heads;
       at::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
@@ -403,8 +406,8 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
           const int64_t r = i / st.heads, h = i % st.heads, kvh = h / group;
           const auto& row = rows[static_cast<size_t>(r)];
           const auto& seq = seqs[static_cast<size_t>(row.seq)];
-          decode::attend(q + r * qdim + h * D, keys + kvh * D, values + kvh * D, seq.blocks.data(), bs, kvdim,
-                         row.index + 1, D, scores, att + r * qdim + h * D);
+          decode::attend(q + r * qdim + h * D, keys + kvh * bs * D, values + kvh * bs * D, seq.blocks.data(), bs,
+                         bs * kvdim, D, row.index + 1, D, scores, att + r * qdim + h * D);
         }
       });
       decode::linear(att, qdim, R, L.wo, L.bo, qdim, st.d, x, st.d, true);
@@ -569,10 +572,12 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         if (src.length % bs != 0) {
           const int32_t copy = st.pool.allocate();
           const int32_t from = src.blocks[static_cast<size_t>(full)];
-          const auto count = static_cast<size_t>((src.length % bs) * kvdim) * sizeof(float);
+          const auto count = static_cast<size_t>((src.length % bs) * D) * sizeof(float);  // per head
           for (int64_t l = 0; l < st.layers; ++l) {
             for (float* base : {st.layer_keys(l), st.layer_values(l)}) {
-              std::memcpy(base + copy * bs * kvdim, base + from * bs * kvdim, count);
+              for (int64_t h = 0; h < st.kv_heads; ++h) {
+                std::memcpy(base + (copy * st.kv_heads + h) * bs * D, base + (from * st.kv_heads + h) * bs * D, count);
+              }
             }
           }
           seqs[static_cast<size_t>(id)].blocks[static_cast<size_t>(full)] = copy;

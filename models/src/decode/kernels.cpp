@@ -352,13 +352,14 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
 // position order (one fma per position).
 template <int NV>
 __attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* scores, float total, const float* v,
-                                                           const int32_t* blocks, int64_t block_size, int64_t stride,
-                                                           int64_t length, float* out) {
+                                                           const int32_t* blocks, int64_t block_size,
+                                                           int64_t block_stride, int64_t stride, int64_t length,
+                                                           float* out) {
   __m256 acc[NV];
 #pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0, s = 0; s < length; ++b) {
-    const float* base = v + static_cast<int64_t>(blocks[b]) * block_size * stride;
+    const float* base = v + static_cast<int64_t>(blocks[b]) * block_stride;
     const int64_t n = std::min(block_size, length - s);
     for (int64_t i = 0; i < n; ++i, ++s) {
       const __m256 p = _mm256_set1_ps(scores[s] / total);
@@ -375,10 +376,10 @@ __attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* scores, 
 // Calls f(s, pointer to position s's row) for s < length, walking the block table (no division
 // per position).
 template <class F>
-void for_positions(const float* base, const int32_t* blocks, int64_t block_size, int64_t stride, int64_t length,
-                   F&& f) {
+void for_positions(const float* base, const int32_t* blocks, int64_t block_size, int64_t block_stride, int64_t stride,
+                   int64_t length, F&& f) {
   for (int64_t b = 0, s = 0; s < length; ++b) {
-    const float* block = base + static_cast<int64_t>(blocks[b]) * block_size * stride;
+    const float* block = base + static_cast<int64_t>(blocks[b]) * block_stride;
     const int64_t n = std::min(block_size, length - s);
     for (int64_t i = 0; i < n; ++i, ++s) f(s, block + i * stride);
   }
@@ -386,7 +387,7 @@ void for_positions(const float* base, const int32_t* blocks, int64_t block_size,
 
 template <bool Avx2>
 void attend_impl(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
-                 int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
+                 int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
   auto dot = [&](const float* a, const float* b) {
 #ifdef HYFLOW_DECODE_X86
     if constexpr (Avx2) return dot_avx2(a, b, dim);
@@ -395,10 +396,31 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
   };
   const float scale = std::sqrt(static_cast<float>(dim));
   float max_score = -std::numeric_limits<float>::infinity();
-  for_positions(k, blocks, block_size, stride, length, [&](int64_t s, const float* ks) {
-    scores[s] = dot(q, ks) / scale;
-    max_score = std::max(max_score, scores[s]);
-  });
+  // Block by block; at the start of each, fetch the next block's keys and this block's values
+  // (read by the second pass) into the cache: the blocks are short streams at scattered places
+  // that the hardware prefetcher reaches late.
+  auto fetch = [&](const float* from, int64_t n) {
+#ifdef HYFLOW_DECODE_X86
+    const auto* p = reinterpret_cast<const char*>(from);
+    const int64_t bytes = static_cast<int64_t>(((n - 1) * stride + dim) * sizeof(float));
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+#else
+    (void)from;
+    (void)n;
+#endif
+  };
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const int64_t n = std::min(block_size, length - s);
+    const int64_t offset = static_cast<int64_t>(blocks[b]) * block_stride;
+    if (s + n < length) {
+      fetch(k + static_cast<int64_t>(blocks[b + 1]) * block_stride, std::min(block_size, length - s - n));
+    }
+    fetch(v + offset, n);
+    for (int64_t i = 0; i < n; ++i, ++s) {
+      scores[s] = dot(q, k + offset + i * stride) / scale;
+      max_score = std::max(max_score, scores[s]);
+    }
+  }
   float total = 0.0F;
   bool exponentiated = false;
 #ifdef HYFLOW_DECODE_X86
@@ -418,11 +440,11 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
   if constexpr (Avx2) {
     // 64 dims at a time in 8 registers, then the last whole vectors; the rest below.
     for (; d + 64 <= dim; d += 64) {
-      weighted_sum_avx2<8>(scores, total, v + d, blocks, block_size, stride, length, out + d);
+      weighted_sum_avx2<8>(scores, total, v + d, blocks, block_size, block_stride, stride, length, out + d);
     }
     const int64_t nv = (dim - d) / 8;
     auto run = [&]<int NV>() {
-      weighted_sum_avx2<NV>(scores, total, v + d, blocks, block_size, stride, length, out + d);
+      weighted_sum_avx2<NV>(scores, total, v + d, blocks, block_size, block_stride, stride, length, out + d);
       d += 8 * NV;
     };
     switch (nv) {
@@ -454,7 +476,7 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
 #endif
   if (d < dim) {
     std::fill(out + d, out + dim, 0.0F);
-    for_positions(v, blocks, block_size, stride, length, [&](int64_t s, const float* vs) {
+    for_positions(v, blocks, block_size, block_stride, stride, length, [&](int64_t s, const float* vs) {
       const float p = scores[s] / total;
       for (int64_t i = d; i < dim; ++i) out[i] += p * vs[i];
     });
@@ -514,12 +536,12 @@ void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, cons
   linear_impl(shapes(current_isa()), x, ldx, rows, packed, bias, in, out, y, ldy, accumulate);
 }
 
-void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size, int64_t stride,
-            int64_t length, int64_t dim, float* scores, float* out) {
+void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
+            int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
   if (use_avx2()) {
-    attend_impl<true>(q, k, v, blocks, block_size, stride, length, dim, scores, out);
+    attend_impl<true>(q, k, v, blocks, block_size, block_stride, stride, length, dim, scores, out);
   } else {
-    attend_impl<false>(q, k, v, blocks, block_size, stride, length, dim, scores, out);
+    attend_impl<false>(q, k, v, blocks, block_size, block_stride, stride, length, dim, scores, out);
   }
 }
 

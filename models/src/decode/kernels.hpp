@@ -42,11 +42,11 @@ void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, cons
 
 /// One query head's attention over `length` cached positions of a paged cache: position s
 /// lives in block blocks[s / block_size] at offset s % block_size; its key starts at
-/// k + (block * block_size + offset) * stride (v likewise). scores: length floats of scratch.
-/// out[d] = sum_s softmax(q.k_s / sqrt(dim))_s v_s[d]. The AVX2 build's exp is a polynomial
-/// within 2 ulp (exp_avx2 in kernels.cpp), the portable build's std::exp.
-void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size, int64_t stride,
-            int64_t length, int64_t dim, float* scores, float* out);
+/// k + block * block_stride + offset * stride (v likewise). scores: length floats of scratch.
+/// out[d] = sum_s softmax(q.k_s / sqrt(dim))_s v_s[d], summed in position order. The AVX2 build's
+/// exp is a polynomial within 2 ulp (exp_avx2 in kernels.cpp), the portable build's std::exp.
+void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
+            int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out);
 
 /// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product).
 void silu_mul(float* gate, const float* up, int64_t n);
