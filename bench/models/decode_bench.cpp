@@ -6,11 +6,14 @@
 //   decode_roofline        batch-1 step time vs (weights + KV bytes) / bandwidth
 //   decode_step_overhead   batch-1 step time minus the roofline time
 //   decode_batch_scaling   batch-b tokens/s / batch-1 tokens/s
+//   decode_profile         batch-1 and batch-32 steps: GEMM over all weights, attention, the rest
 //   decode_gflops          batch-32 arithmetic rate vs the sgemm peers
 //   prefix_sharing_*       prefill time and KV bytes per prompt, n = 8 vs n = 1
 //   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
 //
-// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m]
+// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling]
+// (scaling: the engine's decode-step figures of both shapes alone, without the reference
+// generate() and the token check, for repeated runs)
 // Times are CPU time of the process unless --wall (see now_s).
 
 #include "bench_json.hpp"
@@ -183,51 +186,64 @@ struct Figures {
   double bandwidth, sgemm_mm, sgemm_onednn;
 };
 
-// Where a batch-1 decode step goes: the engine's GEMM over every weight matrix of the model (the
-// real parameters, one activation row), its attention for every layer and head over the mean
-// context, and the rest (norms, rotary, SwiGLU, KV writes, argmax, scheduling) as the remainder.
-void profile_step(const std::string& name, CausalLM& model, double mean_context, double step_s) {
+// Where a decode step of `batch` rows goes: the engine's GEMM over every weight matrix of the
+// model (the real parameters, packed, `batch` activation rows), its attention for every row,
+// layer and head over the mean context (each row its own keys and values), and the rest (norms,
+// rotary, SwiGLU, KV writes, argmax, scheduling) as the remainder.
+void profile_step(const std::string& name, CausalLM& model, double mean_context, double step_s, int64_t batch) {
   c10::InferenceMode inference;
   const auto& c = model->config();
-  std::vector<std::pair<const float*, std::pair<int64_t, int64_t>>> mats;  // weight, (out, in)
+  std::vector<std::pair<std::vector<float>, std::pair<int64_t, int64_t>>> mats;  // packed weight, (out, in)
+  auto add = [&](const at::Tensor& t) {
+    std::vector<float> packed(static_cast<size_t>(decode::packed_size(t.size(1), t.size(0))));
+    decode::pack_weight(t.data_ptr<float>(), t.size(1), t.size(0), packed.data());
+    mats.push_back({std::move(packed), {t.size(0), t.size(1)}});
+  };
   for (const auto& item : model->named_parameters()) {
     const auto& t = item.value();
     if (t.dim() != 2 || item.key().find("embed_tokens") != std::string::npos) continue;
-    mats.push_back({t.data_ptr<float>(), {t.size(0), t.size(1)}});
+    add(t);
   }
-  const auto& head = c.tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight;
-  mats.push_back({head.data_ptr<float>(), {head.size(0), head.size(1)}});
+  add(c.tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight);
   const int64_t widest = std::max(c.intermediate_size, c.vocab_size);
-  std::vector<float> x(static_cast<size_t>(widest), 0.5F), y(static_cast<size_t>(widest));
+  std::vector<float> x(static_cast<size_t>(widest * batch), 0.5F), y(static_cast<size_t>(widest * batch));
   const double linear_s = best_of(3, [&] {
     for (const auto& [w, shape] : mats) {
-      decode::linear(x.data(), shape.second, 1, w, nullptr, shape.second, shape.first, y.data(), shape.first, false);
+      decode::linear(x.data(), shape.second, batch, w.data(), nullptr, shape.second, shape.first, y.data(), shape.first,
+                     false);
     }
   });
   const int64_t D = c.resolved_head_dim(), kvdim = c.num_key_value_heads * D, bs = 16;
   const auto len = static_cast<int64_t>(mean_context);
   const int64_t blocks = (len + bs - 1) / bs;
-  auto keys = torch::randn({c.num_hidden_layers, blocks * bs, kvdim}), values = torch::randn_like(keys);
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  // Row r's blocks are r * blocks .. (r + 1) * blocks - 1 of one pool per layer, laid out as the
+  // engine's: (block, kv head, position in block, head_dim).
+  auto keys = torch::randn({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = torch::randn_like(keys);
+  std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
+  for (int64_t b = 0; b < batch * blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   std::vector<float> q(static_cast<size_t>(D), 0.1F), scores(static_cast<size_t>(len)), out(static_cast<size_t>(D));
   const double attention_s = best_of(3, [&] {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (int64_t h = 0; h < c.num_attention_heads; ++h) {
-        const int64_t kvh = h / (c.num_attention_heads / c.num_key_value_heads);
-        decode::attend(q.data(), keys[l].data_ptr<float>() + kvh * D, values[l].data_ptr<float>() + kvh * D,
-                       table.data(), bs, kvdim, len, D, scores.data(), out.data());
+      for (int64_t r = 0; r < batch; ++r) {
+        for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+          const int64_t kvh = h / (c.num_attention_heads / c.num_key_value_heads);
+          decode::attend(q.data(), keys[l].data_ptr<float>() + kvh * bs * D, values[l].data_ptr<float>() + kvh * bs * D,
+                         table.data() + r * blocks, bs, bs * kvdim, D, len, D, scores.data(), out.data());
+        }
       }
     }
   });
   const nlohmann::json parts{{"gemm_ms", linear_s * 1e3},
                              {"attention_ms", attention_s * 1e3},
                              {"rest_ms", (step_s - linear_s - attention_s) * 1e3}};
-  emit("decode_profile", name + " batch 1 step: GEMM over all weights (value) vs whole step (peer)", linear_s * 1e3,
-       "ms", "whole decode step", step_s * 1e3, linear_s / step_s, parts);
+  emit("decode_profile",
+       name + " batch " + std::to_string(batch) + " step: GEMM over all weights (value) vs whole step (peer)",
+       linear_s * 1e3, "ms", "whole decode step", step_s * 1e3, linear_s / step_s, parts);
 }
 
-void bench_shape(const std::string& name, const ModelConfig& config, const Figures& f, bool quick) {
+// engine_only: the decode-step figures alone (no reference generate(), no token check), for
+// repeated runs of the scaling figures.
+void bench_shape(const std::string& name, const ModelConfig& config, const Figures& f, bool quick, bool engine_only) {
   torch::manual_seed(0);
   CausalLM model(config);
   const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
@@ -235,17 +251,19 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
   for (int64_t batch : {1, 8, 32}) {
     auto prompts = random_prompts(batch, prompt_len, config.vocab_size);
     GenerationOptions opts{.max_new_tokens = new_tokens, .do_sample = false};
-    DataProto reference, fast;
-    const double ref_s = seconds([&] { reference = generate(model, prompts, opts); });
-    opts.engine = GenerationEngine::kDecode;
-    generate(model, prompts, opts);  // warm-up: the KV pool's first touch
-    const double fast_s = seconds([&] { fast = generate(model, prompts, opts); });
-    const bool identical = torch::equal(reference.batch["responses"], fast.batch["responses"]);
-    const double tokens = static_cast<double>(batch * new_tokens);
-    const std::string c = name + " greedy b" + std::to_string(batch) + " p" + std::to_string(prompt_len) + " +" +
-                          std::to_string(new_tokens) + ", 1 thread";
-    emit("decode_tokens_per_s", c, tokens / fast_s, "tokens/s", "reference generate() (oneDNN linears)", tokens / ref_s,
-         ref_s / fast_s, {{"tokens_identical", identical}});
+    if (!engine_only) {
+      DataProto reference, fast;
+      const double ref_s = seconds([&] { reference = generate(model, prompts, opts); });
+      opts.engine = GenerationEngine::kDecode;
+      generate(model, prompts, opts);  // warm-up: the KV pool's first touch
+      const double fast_s = seconds([&] { fast = generate(model, prompts, opts); });
+      const bool identical = torch::equal(reference.batch["responses"], fast.batch["responses"]);
+      const double tokens = static_cast<double>(batch * new_tokens);
+      const std::string c = name + " greedy b" + std::to_string(batch) + " p" + std::to_string(prompt_len) + " +" +
+                            std::to_string(new_tokens) + ", 1 thread";
+      emit("decode_tokens_per_s", c, tokens / fast_s, "tokens/s", "reference generate() (oneDNN linears)",
+           tokens / ref_s, ref_s / fast_s, {{"tokens_identical", identical}});
+    }
 
     // Decode steps alone: the difference between runs of new_tokens and new_tokens / 2 tokens
     // (same prompts, so the prefill cancels), per step.
@@ -262,7 +280,8 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
     };
     const auto long_run = requests_of(new_tokens), short_run = requests_of(new_tokens / 2);
     const DecodeSampling greedy{.sampling = {.greedy = true}};
-    engine.run(long_run, greedy);  // warm-up
+    engine.run(long_run, greedy);  // warm-up; packs every weight (the engine is new)
+    const double pack_s = engine.stats().pack_s;
     const double step_s =
         (seconds([&] { engine.run(long_run, greedy); }) - seconds([&] { engine.run(short_run, greedy); })) /
         static_cast<double>(new_tokens - new_tokens / 2);
@@ -271,12 +290,15 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
     // Every sequence reads its own keys and values: the KV term grows with the batch.
     const double bytes = step_bytes(config, mean_context * static_cast<double>(batch));
     const double roof_s = bytes / (f.bandwidth * 1e9);
+    if (batch != 8) profile_step(name, model, mean_context, step_s, batch);
     if (batch == 1) {
-      profile_step(name, model, mean_context, step_s);
       engine_b1 = step_tokens_per_s;
       emit("decode_roofline", name + " batch 1 decode step, 1 thread", roof_s / step_s, "fraction of roofline",
            "bytes per step / measured read bandwidth (ms)", roof_s * 1e3, roof_s / step_s,
-           {{"step_ms", step_s * 1e3}, {"bytes_per_step", bytes}, {"bandwidth_gbs", f.bandwidth}});
+           {{"step_ms", step_s * 1e3},
+            {"bytes_per_step", bytes},
+            {"bandwidth_gbs", f.bandwidth},
+            {"pack_all_weights_ms", pack_s * 1e3}});
       emit("decode_step_overhead", name + " batch 1: step time minus roofline time", (step_s - roof_s) * 1e3, "ms",
            "goal (issue 17, 42M)", 1.0, 1.0 / std::max(1e-9, (step_s - roof_s) * 1e3));
     } else {
@@ -384,26 +406,36 @@ void bench_gemm() {
   const int64_t in = 512, out = 32000;
   auto w = torch::randn({out, in}) * 0.02;
   auto packed = cuda::pack_onednn_weight(w);
-  for (int64_t m : {1, 8, 32}) {
-    auto x = torch::randn({m, in});
-    auto y = torch::empty({m, out});
-    auto ours = [&] {
-      decode::linear(x.data_ptr<float>(), in, m, w.data_ptr<float>(), nullptr, in, out, y.data_ptr<float>(), out,
-                     false);
-    };
-    auto theirs = [&] { cuda::onednn_linear_packed(x, packed, {}); };
-    ours();
-    theirs();
-    double a = 1e30, b = 1e30;
-    for (int i = 0; i < 5; ++i) {  // alternate, so both see the same machine load
-      a = std::min(a, seconds(ours));
-      b = std::min(b, seconds(theirs));
+  std::vector<float> ours_packed(static_cast<size_t>(decode::packed_size(in, out)));
+  const double pack_s = best_of(3, [&] { decode::pack_weight(w.data_ptr<float>(), in, out, ours_packed.data()); });
+  std::vector<decode::Isa> builds{decode::best_kernel_isa()};
+  if (decode::best_kernel_isa() == decode::Isa::kAvx512) builds.push_back(decode::Isa::kAvx2);
+  for (auto isa : builds) {
+    decode::limit_kernel_isa(isa);
+    for (int64_t m : {1, 8, 32}) {
+      auto x = torch::randn({m, in});
+      auto y = torch::empty({m, out});
+      auto ours = [&] {
+        decode::linear(x.data_ptr<float>(), in, m, ours_packed.data(), nullptr, in, out, y.data_ptr<float>(), out,
+                       false);
+      };
+      auto theirs = [&] { cuda::onednn_linear_packed(x, packed, {}); };
+      ours();
+      theirs();
+      double a = 1e30, b = 1e30;
+      for (int i = 0; i < 5; ++i) {  // alternate, so both see the same machine load
+        a = std::min(a, seconds(ours));
+        b = std::min(b, seconds(theirs));
+      }
+      const double flops = 2.0 * static_cast<double>(m * in * out);
+      emit("decode_gemm", "x (" + std::to_string(m) + ", 512) W^T, W 32000 x 512", flops / a / 1e9, "GFLOP/s",
+           "oneDNN inner product, weight pre-packed", flops / b / 1e9, b / a,
+           {{"kernels", decode::isa_name(isa)},
+            {"weight_gbs", 4.0 * static_cast<double>(in * out) / a / 1e9},
+            {"pack_ms", pack_s * 1e3}});
     }
-    const double flops = 2.0 * static_cast<double>(m * in * out);
-    emit("decode_gemm", "x (" + std::to_string(m) + ", 512) W^T, W 32000 x 512", flops / a / 1e9, "GFLOP/s",
-         "oneDNN inner product, weight pre-packed", flops / b / 1e9, b / a,
-         {{"avx2", decode::avx2_kernels()}, {"weight_gbs", 4.0 * static_cast<double>(in * out) / a / 1e9}});
   }
+  decode::limit_kernel_isa(decode::Isa::kAvx512);
 }
 
 }  // namespace
@@ -423,7 +455,7 @@ int main(int argc, char** argv) {
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m]\n";
+      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling]\n";
       return 2;
     }
   }
@@ -451,8 +483,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only.empty()) bench_gemm();
-  if (only.empty() || only == "42m") bench_shape("42M", shape_42m(), f, quick);
-  if (only.empty() || only == "110m") bench_shape("110M", shape_110m(), f, quick);
+  const bool scaling = only == "scaling";
+  if (only.empty() || only == "42m" || scaling) bench_shape("42M", shape_42m(), f, quick, scaling);
+  if (only.empty() || only == "110m" || scaling) bench_shape("110M", shape_110m(), f, quick, scaling);
   if (only.empty() || only == "42m") {
     bench_prefix_sharing(quick);
     bench_continuous(quick);

@@ -2,11 +2,14 @@
 #include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/decode_engine.hpp>
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/response_scores.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <cstring>
 
 using namespace hyflow;
 using namespace hyflow::models;
@@ -69,41 +72,87 @@ DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows) {
 const std::vector<std::vector<int64_t>> kPrompts = {
     {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, {11, 12}, {13, 14, 15, 16, 30}, {3}};
 
+// Caps the kernel build for a scope (the CPU's best build when it has no better one).
 struct KernelMode {
-  bool portable;
-  explicit KernelMode(bool p) : portable(p) { decode::force_portable_kernels(p); }
-  ~KernelMode() { decode::force_portable_kernels(false); }
+  explicit KernelMode(decode::Isa max) { decode::limit_kernel_isa(max); }
+  KernelMode(const KernelMode&) = delete;
+  KernelMode& operator=(const KernelMode&) = delete;
+  ~KernelMode() { decode::limit_kernel_isa(decode::Isa::kAvx512); }
 };
+
+// The builds this CPU can run, best first.
+std::vector<decode::Isa> builds() {
+  std::vector<decode::Isa> out;
+  for (auto isa : {decode::Isa::kAvx512, decode::Isa::kAvx2, decode::Isa::kPortable}) {
+    if (isa <= decode::best_kernel_isa()) out.push_back(isa);
+  }
+  return out;
+}
+
+// y (+)= x W^T + b through the packed GEMM.
+void packed_linear(const at::Tensor& x, const at::Tensor& w, const float* bias, at::Tensor& y, bool accumulate) {
+  const int64_t out = w.size(0), in = w.size(1);
+  std::vector<float> packed(static_cast<size_t>(decode::packed_size(in, out)));
+  decode::pack_weight(w.data_ptr<float>(), in, out, packed.data());
+  decode::linear(x.data_ptr<float>(), x.size(1), x.size(0), packed.data(), bias, in, out, y.data_ptr<float>(), out,
+                 accumulate);
+}
 
 }  // namespace
 
-TEST_CASE("the decode GEMM equals x W^T + b on odd shapes, AVX2 and portable builds") {
+TEST_CASE("the decode GEMM equals x W^T + b on odd shapes, every kernel build") {
   torch::manual_seed(1);
-  for (bool portable : {false, true}) {
-    KernelMode mode(portable);
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
     for (auto [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 512, 33}, {3, 17, 9}, {8, 40, 76}, {50, 64, 5}, {2, 7, 1}}) {
-      INFO("portable " << portable << " rows " << rows << " in " << in << " out " << out);
+             {1, 512, 33}, {3, 17, 9}, {8, 40, 76}, {50, 64, 5}, {2, 7, 1}, {13, 24, 100}, {9, 3, 49}}) {
+      INFO(decode::isa_name(isa) << " rows " << rows << " in " << in << " out " << out);
       auto x = torch::randn({rows, in});
       auto w = torch::randn({out, in});
       auto b = torch::randn({out});
       auto y = torch::randn({rows, out});
       auto expected = y + (torch::matmul(x, w.t()) + b);
-      decode::linear(x.data_ptr<float>(), in, rows, w.data_ptr<float>(), b.data_ptr<float>(), in, out,
-                     y.data_ptr<float>(), out, /*accumulate=*/true);
+      packed_linear(x, w, b.data_ptr<float>(), y, /*accumulate=*/true);
       CHECK(torch::allclose(y, expected, 1e-4, 1e-4));
-      decode::linear(x.data_ptr<float>(), in, rows, w.data_ptr<float>(), nullptr, in, out, y.data_ptr<float>(), out,
-                     false);
+      packed_linear(x, w, nullptr, y, false);
       CHECK(torch::allclose(y, torch::matmul(x, w.t()), 1e-4, 1e-4));
+    }
+  }
+}
+
+TEST_CASE("the decode GEMM's sums do not depend on the other rows, and the vector builds agree bit for bit") {
+  torch::manual_seed(2);
+  const int64_t in = 37, out = 71;  // a tail panel; every row count from 1 to 20 (full and partial tiles)
+  auto x = torch::randn({20, in});
+  auto w = torch::randn({out, in});
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
+    INFO(decode::isa_name(isa));
+    auto all = torch::empty({20, out});
+    packed_linear(x, w, nullptr, all, false);
+    for (int64_t rows = 1; rows <= 20; ++rows) {
+      auto part = torch::empty({rows, out});
+      packed_linear(x.narrow(0, 20 - rows, rows).contiguous(), w, nullptr, part, false);
+      CHECK(torch::equal(part, all.narrow(0, 20 - rows, rows)));
+    }
+    // The sum is the chain fma(x[k], w[k], acc) over k in order: check one output against it.
+    if (isa != decode::Isa::kPortable) {
+      auto xa = x.accessor<float, 2>();
+      auto wa = w.accessor<float, 2>();
+      for (auto [r, o] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {7, 70}, {19, 33}}) {
+        float acc = 0.0F;
+        for (int64_t k = 0; k < in; ++k) acc = std::fma(xa[r][k], wa[o][k], acc);
+        CHECK(all[r][o].item<float>() == acc);
+      }
     }
   }
 }
 
 TEST_CASE("decode engine greedy tokens equal the reference generate on Llama and Qwen2 shapes") {
   for (const auto& config : {llama_config(), qwen2_config()}) {
-    for (bool portable : {false, true}) {
-      INFO(config.architecture << " portable kernels " << portable);
-      KernelMode mode(portable);
+    for (auto isa : builds()) {
+      INFO(config.architecture << " kernels " << decode::isa_name(isa));
+      KernelMode mode(isa);
       auto model = make_model(config, 21);
       GenerationOptions opts{.max_new_tokens = 24, .n = 2, .do_sample = false, .return_log_probs = true};
       auto reference = generate(model, prompt_batch(kPrompts), opts);
@@ -215,6 +264,107 @@ TEST_CASE("a decode engine reused after an in-place weight update decodes with t
   }
   CHECK(after[0].tokens == expected);
   CHECK(after[0].tokens != before[0].tokens);
+}
+
+namespace {
+
+at::Tensor parameter(CausalLM& model, const std::string& name) {
+  for (auto& item : model->named_parameters()) {
+    if (item.key() == name) return item.value();
+  }
+  FAIL("no parameter " << name);
+  return {};
+}
+
+// The engine's outputs equal those of a new engine (which packs everything) on the model as it is now.
+void check_fresh(CausalLM& model, DecodeEngine& engine, const std::vector<DecodeOutput>& got) {
+  DecodeEngine fresh(model);
+  const DecodeSampling sampling{.sampling = {.temperature = 1.0}, .seed = 3, .return_log_probs = true};
+  const auto expected = fresh.run({DecodeRequest{.prompt = {4, 5, 6}, .n = 2, .max_new_tokens = 10}}, sampling);
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].tokens == expected[i].tokens);
+    CHECK(got[i].log_probs == expected[i].log_probs);  // the same kernels on the same weights: bit for bit
+  }
+  CHECK(engine.packed_bytes() == fresh.packed_bytes());
+}
+
+}  // namespace
+
+TEST_CASE("the engine's packed weights follow every change of the parameters and are reused otherwise") {
+  for (const auto& config : {llama_config(), qwen2_config()}) {
+    INFO(config.architecture << (config.tie_word_embeddings ? " tied" : " untied"));
+    auto model = make_model(config, 28);
+    const int64_t matrices = 7 * config.num_hidden_layers + 1;  // q k v o gate up down per layer, and the head
+    DecodeEngine engine(model);
+    const DecodeSampling sampling{.sampling = {.temperature = 1.0}, .seed = 3, .return_log_probs = true};
+    const std::vector<DecodeRequest> requests{DecodeRequest{.prompt = {4, 5, 6}, .n = 2, .max_new_tokens = 10}};
+    auto run = [&] { return engine.run(requests, sampling); };
+
+    auto outputs = run();
+    CHECK(engine.stats().packed_weights == matrices);
+    CHECK(engine.packed_bytes() >= 4 * config.vocab_size * config.hidden_size);
+    check_fresh(model, engine, outputs);
+    outputs = run();
+    CHECK(engine.stats().packed_weights == 0);  // nothing changed: nothing repacked
+    check_fresh(model, engine, outputs);
+
+    const std::string layer = "model.layers.1.";
+    DYNAMIC_SECTION(config.architecture << ": an optimizer-style in-place update without grad") {
+      {
+        torch::NoGradGuard g;
+        parameter(model, layer + "self_attn.q_proj.weight").add_(0.3);
+      }
+      outputs = run();
+      CHECK(engine.stats().packed_weights == 1);
+      check_fresh(model, engine, outputs);
+    }
+    DYNAMIC_SECTION(
+        config.architecture << ": load_parameters (copy_) inside inference mode, as the rollout's weight sync does") {
+      const auto name = layer + "mlp.down_proj.weight";
+      auto replacement = parameter(model, name).detach().clone().normal_(0.0, 0.3);
+      {
+        c10::InferenceMode inference;
+        load_parameters(*model, {{name, replacement}}, "test", {"model", "lm_head"});
+      }
+      CHECK(torch::equal(parameter(model, name), replacement));
+      outputs = run();
+      CHECK(engine.stats().packed_weights == 1);
+      check_fresh(model, engine, outputs);
+    }
+    DYNAMIC_SECTION(config.architecture << ": a parameter given new storage (set_data), then updated in place") {
+      auto w = parameter(model, layer + "self_attn.v_proj.weight");
+      w.set_data(w.detach().clone() * 2.0);
+      outputs = run();
+      CHECK(engine.stats().packed_weights == 1);
+      check_fresh(model, engine, outputs);
+      {
+        torch::NoGradGuard g;
+        w.mul_(0.5);
+      }
+      outputs = run();
+      CHECK(engine.stats().packed_weights == 1);
+      check_fresh(model, engine, outputs);
+    }
+    DYNAMIC_SECTION(config.architecture << ": the embedding (the head too when tied)") {
+      {
+        torch::NoGradGuard g;
+        parameter(model, "model.embed_tokens.weight").mul_(1.5);
+      }
+      outputs = run();
+      CHECK(engine.stats().packed_weights == (config.tie_word_embeddings ? 1 : 0));
+      check_fresh(model, engine, outputs);
+    }
+    DYNAMIC_SECTION(config.architecture << ": drop_packed_weights repacks everything (for writes that bypass ATen)") {
+      auto w = parameter(model, layer + "mlp.up_proj.weight");
+      std::vector<float> values(static_cast<size_t>(w.numel()), 0.01F);
+      std::memcpy(w.data_ptr<float>(), values.data(), values.size() * sizeof(float));  // no version bump
+      engine.drop_packed_weights();
+      outputs = run();
+      CHECK(engine.stats().packed_weights == matrices);
+      check_fresh(model, engine, outputs);
+    }
+  }
 }
 
 TEST_CASE("decode engine rejects bad requests and generate falls back for models it cannot run") {

@@ -34,35 +34,73 @@ const float* bias_ptr(const torch::nn::Linear& layer) {
 
 struct LayerWeights {
   const float *input_norm, *post_norm;
-  const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;  // w*: packed (decode::pack_weight)
   const float *wg, *bg, *wu, *bu, *wd, *bd;
 };
 
 struct Weights {
   const float* embed = nullptr;
-  const float* head = nullptr;
+  const float* head = nullptr;  // packed
   const float* final_norm = nullptr;
   std::vector<LayerWeights> layers;
 };
 
-Weights weights_of(CausalLM& model) {
-  Weights w;
+// The linear weights of the model in a fixed order: per layer q, k, v, o, gate, up, down; then
+// the head (the embedding when tied).
+std::vector<at::Tensor> linear_weights(CausalLM& model) {
+  std::vector<at::Tensor> out;
   auto& m = *model->model;
-  w.embed = ptr(m.embed_tokens->weight);
-  w.head = model->lm_head ? ptr(model->lm_head->weight) : w.embed;
-  w.final_norm = ptr(m.norm->weight);
   for (const auto& item : *m.layers) {
     auto* layer = item->as<DecoderLayerImpl>();
     auto& a = *layer->self_attn;
     auto& f = *layer->mlp;
-    w.layers.push_back(LayerWeights{
-        ptr(layer->input_layernorm->weight), ptr(layer->post_attention_layernorm->weight), ptr(a.q_proj->weight),
-        bias_ptr(a.q_proj), ptr(a.k_proj->weight), bias_ptr(a.k_proj), ptr(a.v_proj->weight), bias_ptr(a.v_proj),
-        ptr(a.o_proj->weight), bias_ptr(a.o_proj), ptr(f.gate_proj->weight), bias_ptr(f.gate_proj),
-        ptr(f.up_proj->weight), bias_ptr(f.up_proj), ptr(f.down_proj->weight), bias_ptr(f.down_proj)});
+    for (auto* lin : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &f.gate_proj, &f.up_proj, &f.down_proj}) {
+      out.push_back((*lin)->weight);
+    }
+  }
+  out.push_back(model->lm_head ? model->lm_head->weight : m.embed_tokens->weight);
+  return out;
+}
+
+// packed[i]: the packed copy of linear_weights(model)[i].
+Weights weights_of(CausalLM& model, const std::vector<const float*>& packed) {
+  Weights w;
+  auto& m = *model->model;
+  w.embed = ptr(m.embed_tokens->weight);
+  w.head = packed.back();
+  w.final_norm = ptr(m.norm->weight);
+  size_t i = 0;
+  for (const auto& item : *m.layers) {
+    auto* layer = item->as<DecoderLayerImpl>();
+    auto& a = *layer->self_attn;
+    auto& f = *layer->mlp;
+    const float* const* p = packed.data() + i;
+    i += 7;
+    w.layers.push_back(LayerWeights{ptr(layer->input_layernorm->weight), ptr(layer->post_attention_layernorm->weight),
+                                    p[0], bias_ptr(a.q_proj), p[1], bias_ptr(a.k_proj), p[2], bias_ptr(a.v_proj), p[3],
+                                    bias_ptr(a.o_proj), p[4], bias_ptr(f.gate_proj), p[5], bias_ptr(f.up_proj), p[6],
+                                    bias_ptr(f.down_proj)});
   }
   return w;
 }
+
+// The packed copy of one weight and what it was made from. The copy is current while the
+// parameter is the same tensor (held here, so its address cannot be reused by another), at the
+// same data pointer and shape, with the same version counter (every ATen in-place op bumps it:
+// optimizer steps, copy_, load_state_dict). Inference tensors have no version counter: they are
+// repacked on every run.
+struct PackedWeight {
+  at::Tensor source;
+  const void* data = nullptr;
+  int64_t version = -1;
+  std::vector<int64_t> shape;
+  at::Tensor packed;
+
+  bool current(const at::Tensor& w) const {
+    return source.defined() && source.unsafeGetTensorImpl() == w.unsafeGetTensorImpl() && data == w.data_ptr() &&
+           !w.is_inference() && version == static_cast<int64_t>(w._version()) && shape == w.sizes().vec();
+  }
+};
 
 // Reference-counted KV blocks: a prompt's full blocks are shared by its samples.
 class BlockPool {
@@ -129,13 +167,17 @@ struct DecodeEngine::State {
   int64_t qdim() const { return heads * head_dim; }
   int64_t kvdim() const { return kv_heads * head_dim; }
 
-  // Paged KV cache: per layer, keys then values, each (blocks * block_size, kvdim).
+  // Paged KV cache: per layer, keys then values, each (blocks, kv_heads, block_size, head_dim):
+  // a head's positions in a block are contiguous, so attention reads each head as short streams.
   at::Tensor kv;
   int64_t kv_blocks = 0;
   BlockPool pool;
 
   // Rotary tables (positions, head_dim), computed by the model's own RotaryEmbedding.
   at::Tensor cos, sin;
+
+  // Packed weights, in linear_weights order, refreshed at the start of every run.
+  std::vector<PackedWeight> packed;
 
   // Scratch, grown when a pass has more rows than any before (never per step afterwards).
   std::vector<float> x, xn, q, k, v, att, gate, up, logits, scores;
@@ -173,6 +215,16 @@ DecodeEngine::DecodeEngine(CausalLM& model, DecodeEngineOptions options)
 }
 
 DecodeEngine::~DecodeEngine() = default;
+
+void DecodeEngine::drop_packed_weights() {
+  state_->packed.clear();
+}
+
+int64_t DecodeEngine::packed_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : state_->packed) bytes += p.packed.defined() ? p.packed.nbytes() : 0;
+  return bytes;
+}
 DecodeEngine::DecodeEngine(DecodeEngine&&) noexcept = default;
 DecodeEngine& DecodeEngine::operator=(DecodeEngine&&) noexcept = default;
 
@@ -212,7 +264,31 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   if (!supports(model_)) throw ValueError("DecodeEngine: the model must have float32 contiguous CPU parameters");
   cuda::validate(sampling.sampling);
   auto& st = *state_;
-  const auto w = weights_of(model_);
+  stats_ = DecodeStats{};
+
+  // ---- refresh the packed weights that changed since the last run ----
+  std::vector<const float*> packed_ptrs;
+  stats_.pack_s = seconds_of([&] {
+    const auto sources = linear_weights(model_);
+    st.packed.resize(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto& src = sources[i];
+      auto& pw = st.packed[i];
+      if (!pw.current(src)) {
+        const int64_t out = src.size(0), in = src.size(1);
+        const int64_t size = decode::packed_size(in, out);
+        if (!pw.packed.defined() || pw.packed.numel() != size) pw.packed = at::empty({size}, at::kFloat);
+        decode::pack_weight(src.data_ptr<float>(), in, out, pw.packed.data_ptr<float>());
+        pw.source = src;
+        pw.data = src.data_ptr();
+        pw.version = src.is_inference() ? -1 : static_cast<int64_t>(src._version());
+        pw.shape = src.sizes().vec();
+        ++stats_.packed_weights;
+      }
+      packed_ptrs.push_back(pw.packed.data_ptr<float>());
+    }
+  });
+  const auto w = weights_of(model_, packed_ptrs);
   const int64_t bs = options_.block_size, kvdim = st.kvdim(), qdim = st.qdim(), D = st.head_dim;
   const bool greedy = sampling.sampling.is_greedy();
   const double lp_temperature = greedy ? 1.0 : sampling.sampling.temperature;
@@ -248,7 +324,6 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     total_samples += r.n;
     max_n = std::max(max_n, r.n);
   }
-  stats_ = DecodeStats{};
   std::vector<DecodeOutput> outputs(static_cast<size_t>(total_samples));
   if (requests.empty()) return outputs;
   const int64_t max_batch = std::max(options_.max_batch > 0 ? options_.max_batch : total_samples, max_n);
@@ -318,9 +393,11 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         for (int64_t h = 0; h < st.kv_heads; ++h) rotate(k + r * kvdim + h * D, c, s, D, tmp);
         const auto& seq = seqs[static_cast<size_t>(row.seq)];
         const int64_t slot =
-            static_cast<int64_t>(seq.blocks[static_cast<size_t>(row.index / bs)]) * bs + row.index % bs;
-        std::memcpy(keys + slot * kvdim, k + r * kvdim, static_cast<size_t>(kvdim) * sizeof(float));
-        std::memcpy(values + slot * kvdim, v + r * kvdim, static_cast<size_t>(kvdim) * sizeof(float));
+            static_cast<int64_t>(seq.blocks[static_cast<size_t>(row.index / bs)]) * bs * kvdim + (row.index % bs) * D;
+        for (int64_t h = 0; h < st.kv_heads; ++h) {
+          std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+        }
       }
       const int64_t group = st.heads / st.kv_heads;
       at::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
@@ -329,8 +406,8 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
           const int64_t r = i / st.heads, h = i % st.heads, kvh = h / group;
           const auto& row = rows[static_cast<size_t>(r)];
           const auto& seq = seqs[static_cast<size_t>(row.seq)];
-          decode::attend(q + r * qdim + h * D, keys + kvh * D, values + kvh * D, seq.blocks.data(), bs, kvdim,
-                         row.index + 1, D, scores, att + r * qdim + h * D);
+          decode::attend(q + r * qdim + h * D, keys + kvh * bs * D, values + kvh * bs * D, seq.blocks.data(), bs,
+                         bs * kvdim, D, row.index + 1, D, scores, att + r * qdim + h * D);
         }
       });
       decode::linear(att, qdim, R, L.wo, L.bo, qdim, st.d, x, st.d, true);
@@ -495,10 +572,12 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         if (src.length % bs != 0) {
           const int32_t copy = st.pool.allocate();
           const int32_t from = src.blocks[static_cast<size_t>(full)];
-          const auto count = static_cast<size_t>((src.length % bs) * kvdim) * sizeof(float);
+          const auto count = static_cast<size_t>((src.length % bs) * D) * sizeof(float);  // per head
           for (int64_t l = 0; l < st.layers; ++l) {
             for (float* base : {st.layer_keys(l), st.layer_values(l)}) {
-              std::memcpy(base + copy * bs * kvdim, base + from * bs * kvdim, count);
+              for (int64_t h = 0; h < st.kv_heads; ++h) {
+                std::memcpy(base + (copy * st.kv_heads + h) * bs * D, base + (from * st.kv_heads + h) * bs * D, count);
+              }
             }
           }
           seqs[static_cast<size_t>(id)].blocks[static_cast<size_t>(full)] = copy;

@@ -1,8 +1,8 @@
-// The decode engine's kernels: a small-batch GEMM on torch Linear weights (out, in) and
-// paged single-head attention, each in an AVX2+FMA build and a portable build chosen at run
-// time. No global -march flag: the AVX2 functions carry target attributes, so the library
-// still runs on CPUs without AVX2 (and builds on non-x86 hosts, where only the portable
-// build exists).
+// The decode engine's kernels: a small-batch GEMM on packed weights (panels of 16 output
+// columns, k-major) with a broadcast register tile, and paged single-head attention, in
+// AVX-512 (GEMM only), AVX2+FMA and portable builds chosen at run time. No global -march flag:
+// the vector functions carry target attributes, so the library still runs on CPUs without
+// AVX2 (and builds on non-x86 hosts, where only the portable build exists).
 #include "kernels.hpp"
 
 #include <ATen/Parallel.h>
@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -20,35 +21,48 @@
 namespace hyflow::models::decode {
 namespace {
 
-constexpr int kTileRows = 4;       // weight rows per register tile
-constexpr int kTileCols = 3;       // activation rows per register tile
-constexpr int64_t kRowBlock = 48;  // activation rows per pass over a weight tile (L1/L2 resident)
+std::atomic<int> g_isa_limit{static_cast<int>(Isa::kAvx512)};
 
-std::atomic<bool> g_force_portable{false};
+// Every output of the GEMM is one chain acc = x[k] * w[k] + acc over k = 0, 1, ..., in - 1
+// from acc = 0, whatever the build, the tile shape or the number of rows: the register tile
+// only decides which outputs advance side by side. The vector builds round once per step
+// (FMA), so they agree bit for bit; the portable build rounds the product and the sum apart
+// unless the target has a fast fma (FP_FAST_FMAF), where it uses std::fma and agrees too.
+constexpr int kMaxTileRows = 8;
+constexpr int kMaxTilePanels = 3;
+
+// A register tile: M activation rows times NP panels (NP * 16 outputs), over all of k. p: the
+// first panel (k-major, 16 floats per k), the others follow at stride in * 16; out: M rows of
+// NP * 16 sums.
+using TileFn = void (*)(const float* x, int64_t ldx, const float* p, int64_t in, float* out);
 
 // ---- portable build --------------------------------------------------------------------
-// Eight independent lanes per accumulator, so compilers vectorize with the baseline ISA.
-template <int R, int C>
-void tile_portable(const float* x, int64_t ldx, const float* w, int64_t in, float* dots) {
-  float acc[R][C][8] = {};
-  int64_t k = 0;
-  for (; k + 8 <= in; k += 8) {
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        for (int l = 0; l < 8; ++l) acc[r][c][l] += w[r * in + k + l] * x[c * ldx + k + l];
+template <int M, int NP>
+void tile_portable(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+  constexpr int W = NP * kPanel;
+  float acc[M][W] = {};
+  const int64_t stride = in * kPanel;
+  for (int64_t k = 0; k < in; ++k) {
+    for (int m = 0; m < M; ++m) {
+      const float xv = x[m * ldx + k];
+      for (int n = 0; n < NP; ++n) {
+        const float* w = p + n * stride + k * kPanel;
+        for (int j = 0; j < kPanel; ++j) {
+#ifdef FP_FAST_FMAF
+          acc[m][n * kPanel + j] = std::fma(xv, w[j], acc[m][n * kPanel + j]);
+#else
+          acc[m][n * kPanel + j] += xv * w[j];
+#endif
+        }
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      float s = ((acc[r][c][0] + acc[r][c][4]) + (acc[r][c][1] + acc[r][c][5])) +
-                ((acc[r][c][2] + acc[r][c][6]) + (acc[r][c][3] + acc[r][c][7]));
-      for (int64_t kk = k; kk < in; ++kk) s += w[r * in + kk] * x[c * ldx + kk];
-      dots[r * C + c] = s;
-    }
+  for (int m = 0; m < M; ++m) {
+    for (int j = 0; j < W; ++j) out[m * W + j] = acc[m][j];
   }
 }
 
+// ---- portable build --------------------------------------------------------------------
 float dot_portable(const float* a, const float* b, int64_t n) {
   float acc[8] = {};
   int64_t k = 0;
@@ -60,10 +74,6 @@ float dot_portable(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void axpy_portable(float* y, float a, const float* x, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) y[k] += a * x[k];
-}
-
 // ---- AVX2 + FMA build ------------------------------------------------------------------
 #ifdef HYFLOW_DECODE_X86
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
@@ -73,42 +83,82 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// pf: the next weight tile (R rows of `in`), fetched into the cache while this one computes, so
-// the memory stays busy during the activation tiles that reuse a weight tile from L1.
-template <int R, int C>
-__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* w, int64_t in, float* dots,
-                                                   const float* pf) {
-  __m256 acc[R][C];
+// Two cache lines per panel ahead of the k being read: the panels are read once per pass from
+// memory, as streams the hardware prefetcher sees late at the start of each tile.
+constexpr int64_t kPrefetchAhead = 32;  // k steps (2 KiB per panel)
+
+// Two ymm (16 outputs) per panel: M * NP * 2 accumulators (at most 12 of the 16 registers).
+template <int M, int NP>
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* p, int64_t in,
+                                                   float* out) {
+  __m256 acc[M][NP][2];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 3
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int n = 0; n < NP; ++n) acc[m][n][0] = acc[m][n][1] = _mm256_setzero_ps();
   }
-  int64_t k = 0;
-  for (; k + 8 <= in; k += 8) {
-    if (pf != nullptr) {
-      // two cache lines per iteration: all R rows of the next tile over the loop (R = 4)
-      const int64_t line = (k / 8) * 2;
-      const int64_t row = line % R, col = (line / R) * 16;
-      _mm_prefetch(reinterpret_cast<const char*>(pf + row * in + col), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(pf + ((line + 1) % R) * in + ((line + 1) / R) * 16), _MM_HINT_T0);
+  const int64_t stride = in * kPanel;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < in; ++k) {
+    __m256 w[NP][2];
+#pragma GCC unroll 4
+    for (int n = 0; n < NP; ++n) {
+      const float* pk = p + n * stride + k * kPanel;
+      _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAhead * kPanel), _MM_HINT_T0);
+      w[n][0] = _mm256_loadu_ps(pk);
+      w[n][1] = _mm256_loadu_ps(pk + 8);
     }
-    __m256 wv[R];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * in + k);
-#pragma GCC unroll 3
-    for (int c = 0; c < C; ++c) {
-      const __m256 xv = _mm256_loadu_ps(x + c * ldx + k);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+      for (int n = 0; n < NP; ++n) {
+        acc[m][n][0] = _mm256_fmadd_ps(xv, w[n][0], acc[m][n][0]);
+        acc[m][n][1] = _mm256_fmadd_ps(xv, w[n][1], acc[m][n][1]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      float s = hsum(acc[r][c]);
-      for (int64_t kk = k; kk < in; ++kk) s += w[r * in + kk] * x[c * ldx + kk];
-      dots[r * C + c] = s;
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < NP; ++n) {
+      _mm256_storeu_ps(out + (m * NP + n) * kPanel, acc[m][n][0]);
+      _mm256_storeu_ps(out + (m * NP + n) * kPanel + 8, acc[m][n][1]);
     }
+  }
+}
+
+// One zmm (16 outputs) per panel: M * NP accumulators (at most 24 of the 32 registers).
+template <int M, int NP>
+__attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx, const float* p, int64_t in,
+                                                    float* out) {
+  __m512 acc[M][NP];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_setzero_ps();
+  }
+  const int64_t stride = in * kPanel;
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < in; ++k) {
+    __m512 w[NP];
+#pragma GCC unroll 4
+    for (int n = 0; n < NP; ++n) {
+      const float* pk = p + n * stride + k * kPanel;
+      _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAhead * kPanel), _MM_HINT_T0);
+      w[n] = _mm512_loadu_ps(pk);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_fmadd_ps(xv, w[n], acc[m][n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+    for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + (m * NP + n) * kPanel, acc[m][n]);
   }
 }
 
@@ -123,15 +173,6 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
   float s = hsum(_mm256_add_ps(acc0, acc1));
   for (; k < n; ++k) s += a[k] * b[k];
   return s;
-}
-
-__attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float a, const float* x, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    _mm256_storeu_ps(y + k, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
-  }
-  for (; k < n; ++k) y[k] += a * x[k];
 }
 
 // exp(x) for 8 floats: Cody-Waite range reduction by ln 2 and a degree-5 polynomial (the
@@ -181,91 +222,123 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
   for (; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
 
-bool cpu_has_avx2() {
-  static const bool has = [] {
+Isa cpu_isa() {
+  static const Isa isa = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return Isa::kPortable;
+    return __builtin_cpu_supports("avx512f") ? Isa::kAvx512 : Isa::kAvx2;
   }();
-  return has;
+  return isa;
 }
 #else
-bool cpu_has_avx2() {
-  return false;
+Isa cpu_isa() {
+  return Isa::kPortable;
 }
 #endif
+
+Isa current_isa() {
+  return static_cast<Isa>(std::min(static_cast<int>(cpu_isa()), g_isa_limit.load(std::memory_order_relaxed)));
+}
 
 bool use_avx2() {
-  return cpu_has_avx2() && !g_force_portable.load(std::memory_order_relaxed);
+  return current_isa() >= Isa::kAvx2;
 }
 
-// Dots of weight rows [o, o + nr) with activation rows [m, m + nc), nr in {4, 1..3 as 1s}.
-template <bool Avx2>
-void tile(const float* x, int64_t ldx, int nc, const float* w, int64_t in, float* dots, const float* pf) {
-  auto run = [&]<int R, int C>() {
-#ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return tile_avx2<R, C>(x, ldx, w, in, dots, pf);
-#endif
-    tile_portable<R, C>(x, ldx, w, in, dots);
-  };
-  if (nc == 3) {
-    run.template operator()<kTileRows, 3>();
-  } else if (nc == 2) {
-    run.template operator()<kTileRows, 2>();
-  } else {
-    run.template operator()<kTileRows, 1>();
+// The tile shapes of a build: up to `rows` activation rows per tile; a tile of m rows covers
+// panels(m) panels; the output is split into groups of `group` panels (the unit of threading and
+// of the row loop: a group's panels are read from memory by its first row tile and from the
+// cache by the others).
+struct Shapes {
+  int rows, group;
+  int panels[kMaxTileRows + 1];
+  TileFn fn[kMaxTileRows + 1][kMaxTilePanels + 1];
+};
+
+template <template <int, int> class K, int M, int NP>
+void fill_one(Shapes& s) {
+  s.fn[M][NP] = &K<M, NP>::run;
+}
+template <template <int, int> class K, int... Ms>
+void fill(Shapes& s, std::integer_sequence<int, Ms...>) {
+  ((fill_one<K, Ms + 1, 1>(s), fill_one<K, Ms + 1, 2>(s), fill_one<K, Ms + 1, 3>(s)), ...);
+}
+
+template <int M, int NP>
+struct Portable {
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+    tile_portable<M, NP>(x, ldx, p, in, out);
   }
-}
-
-template <bool Avx2>
-void tile_one_row(const float* x, int64_t ldx, int nc, const float* w, int64_t in, float* dots) {
-  auto run = [&]<int C>() {
+};
 #ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return tile_avx2<1, C>(x, ldx, w, in, dots, nullptr);
-#endif
-    tile_portable<1, C>(x, ldx, w, in, dots);
-  };
-  if (nc == 3) {
-    run.template operator()<3>();
-  } else if (nc == 2) {
-    run.template operator()<2>();
-  } else {
-    run.template operator()<1>();
+template <int M, int NP>
+struct Avx2 {
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+    tile_avx2<M, NP>(x, ldx, p, in, out);
   }
+};
+template <int M, int NP>
+struct Avx512 {
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+    tile_avx512<M, NP>(x, ldx, p, in, out);
+  }
+};
+#endif
+
+const Shapes& shapes(Isa isa) {
+  static const Shapes portable = [] {
+    Shapes s{.rows = 4, .group = 2, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 2;
+    fill<Portable>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+#ifdef HYFLOW_DECODE_X86
+  static const Shapes avx2 = [] {
+    // 6 x 1 panel = 12 ymm accumulators; up to 3 rows take 2 panels (the batch-1 tile reads
+    // two streams at once).
+    Shapes s{.rows = 6, .group = 2, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = m <= 3 ? 2 : 1;
+    fill<Avx2>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+  static const Shapes avx512 = [] {
+    // 8 x 3 panels = 24 zmm accumulators.
+    Shapes s{.rows = 8, .group = 3, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 3;
+    fill<Avx512>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+  if (isa == Isa::kAvx512) return avx512;
+  if (isa == Isa::kAvx2) return avx2;
+#endif
+  (void)isa;
+  return portable;
 }
 
-template <bool Avx2>
-void linear_impl(const float* x, int64_t ldx, int64_t rows, const float* w, const float* bias, int64_t in, int64_t out,
-                 float* y, int64_t ldy, bool accumulate) {
-  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
-  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in));
-  at::parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
-    float dots[kTileRows * kTileCols];
-    for (int64_t m0 = 0; m0 < rows; m0 += kRowBlock) {
-      const int64_t m1 = std::min(rows, m0 + kRowBlock);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t o = t * kTileRows;
-        const int nr = static_cast<int>(std::min<int64_t>(kTileRows, out - o));
-        for (int64_t m = m0; m < m1; m += kTileCols) {
-          const int nc = static_cast<int>(std::min<int64_t>(kTileCols, m1 - m));
-          const float* xm = x + m * ldx;
-          if (nr == kTileRows) {
-            const float* pf = o + 2 * kTileRows <= out ? w + (o + kTileRows) * in : nullptr;
-            tile<Avx2>(xm, ldx, nc, w + o * in, in, dots, pf);
-            for (int r = 0; r < nr; ++r) {
-              for (int c = 0; c < nc; ++c) {
-                const float v = bias != nullptr ? dots[r * nc + c] + bias[o + r] : dots[r * nc + c];
-                float& dst = y[(m + c) * ldy + o + r];
-                dst = accumulate ? dst + v : v;
-              }
-            }
-          } else {
-            for (int r = 0; r < nr; ++r) {
-              tile_one_row<Avx2>(xm, ldx, nc, w + (o + r) * in, in, dots);
-              for (int c = 0; c < nc; ++c) {
-                const float v = bias != nullptr ? dots[c] + bias[o + r] : dots[c];
-                float& dst = y[(m + c) * ldy + o + r];
-                dst = accumulate ? dst + v : v;
-              }
+void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias,
+                 int64_t in, int64_t out, float* y, int64_t ldy, bool accumulate) {
+  const int64_t panels = (out + kPanel - 1) / kPanel;
+  const int64_t groups = (panels + sh.group - 1) / sh.group;
+  const int64_t panel_floats = in * kPanel;
+  // Enough work per thread chunk to amortize a task (~64K multiply-adds).
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * panel_floats * sh.group));
+  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t p0 = g * sh.group, p1 = std::min(panels, p0 + sh.group);
+      for (int64_t m = 0; m < rows; m += sh.rows) {
+        const int mr = static_cast<int>(std::min<int64_t>(sh.rows, rows - m));
+        for (int64_t p = p0; p < p1; p += sh.panels[mr]) {
+          const int np = static_cast<int>(std::min<int64_t>(sh.panels[mr], p1 - p));
+          sh.fn[mr][np](x + m * ldx, ldx, packed + p * panel_floats, in, sums);
+          const int width = np * static_cast<int>(kPanel);
+          const int64_t o0 = p * kPanel;
+          const int cols = static_cast<int>(std::min<int64_t>(width, out - o0));
+          for (int r = 0; r < mr; ++r) {
+            float* dst = y + (m + r) * ldy + o0;
+            const float* src = sums + r * width;
+            for (int c = 0; c < cols; ++c) {
+              const float v = bias != nullptr ? src[c] + bias[o0 + c] : src[c];
+              dst[c] = accumulate ? dst[c] + v : v;
             }
           }
         }
@@ -274,29 +347,79 @@ void linear_impl(const float* x, int64_t ldx, int64_t rows, const float* w, cons
   });
 }
 
+#ifdef HYFLOW_DECODE_X86
+// out[0 .. 8 NV) = sum_s (scores[s] / total) v_s[0 .. 8 NV), the sum kept in registers and taken in
+// position order (one fma per position).
+template <int NV>
+__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* scores, float total, const float* v,
+                                                           const int32_t* blocks, int64_t block_size,
+                                                           int64_t block_stride, int64_t stride, int64_t length,
+                                                           float* out) {
+  __m256 acc[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const float* base = v + static_cast<int64_t>(blocks[b]) * block_stride;
+    const int64_t n = std::min(block_size, length - s);
+    for (int64_t i = 0; i < n; ++i, ++s) {
+      const __m256 p = _mm256_set1_ps(scores[s] / total);
+      const float* vs = base + i * stride;
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vs + 8 * j), acc[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+#endif
+
+// Calls f(s, pointer to position s's row) for s < length, walking the block table (no division
+// per position).
+template <class F>
+void for_positions(const float* base, const int32_t* blocks, int64_t block_size, int64_t block_stride, int64_t stride,
+                   int64_t length, F&& f) {
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const float* block = base + static_cast<int64_t>(blocks[b]) * block_stride;
+    const int64_t n = std::min(block_size, length - s);
+    for (int64_t i = 0; i < n; ++i, ++s) f(s, block + i * stride);
+  }
+}
+
 template <bool Avx2>
 void attend_impl(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
-                 int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
+                 int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
   auto dot = [&](const float* a, const float* b) {
 #ifdef HYFLOW_DECODE_X86
     if constexpr (Avx2) return dot_avx2(a, b, dim);
 #endif
     return dot_portable(a, b, dim);
   };
-  auto axpy = [&](float a, const float* xs) {
-#ifdef HYFLOW_DECODE_X86
-    if constexpr (Avx2) return axpy_avx2(out, a, xs, dim);
-#endif
-    axpy_portable(out, a, xs, dim);
-  };
-  auto offset = [&](int64_t s) {
-    return (static_cast<int64_t>(blocks[s / block_size]) * block_size + s % block_size) * stride;
-  };
   const float scale = std::sqrt(static_cast<float>(dim));
   float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t s = 0; s < length; ++s) {
-    scores[s] = dot(q, k + offset(s)) / scale;
-    max_score = std::max(max_score, scores[s]);
+  // Block by block; at the start of each, fetch the next block's keys and this block's values
+  // (read by the second pass) into the cache: the blocks are short streams at scattered places
+  // that the hardware prefetcher reaches late.
+  auto fetch = [&](const float* from, int64_t n) {
+#ifdef HYFLOW_DECODE_X86
+    const auto* p = reinterpret_cast<const char*>(from);
+    const int64_t bytes = static_cast<int64_t>(((n - 1) * stride + dim) * sizeof(float));
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+#else
+    (void)from;
+    (void)n;
+#endif
+  };
+  for (int64_t b = 0, s = 0; s < length; ++b) {
+    const int64_t n = std::min(block_size, length - s);
+    const int64_t offset = static_cast<int64_t>(blocks[b]) * block_stride;
+    if (s + n < length) {
+      fetch(k + static_cast<int64_t>(blocks[b + 1]) * block_stride, std::min(block_size, length - s - n));
+    }
+    fetch(v + offset, n);
+    for (int64_t i = 0; i < n; ++i, ++s) {
+      scores[s] = dot(q, k + offset + i * stride) / scale;
+      max_score = std::max(max_score, scores[s]);
+    }
   }
   float total = 0.0F;
   bool exponentiated = false;
@@ -312,36 +435,113 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
       total += scores[s];
     }
   }
-  std::fill(out, out + dim, 0.0F);
-  for (int64_t s = 0; s < length; ++s) axpy(scores[s] / total, v + offset(s));
+  int64_t d = 0;
+#ifdef HYFLOW_DECODE_X86
+  if constexpr (Avx2) {
+    // 64 dims at a time in 8 registers, then the last whole vectors; the rest below.
+    for (; d + 64 <= dim; d += 64) {
+      weighted_sum_avx2<8>(scores, total, v + d, blocks, block_size, block_stride, stride, length, out + d);
+    }
+    const int64_t nv = (dim - d) / 8;
+    auto run = [&]<int NV>() {
+      weighted_sum_avx2<NV>(scores, total, v + d, blocks, block_size, block_stride, stride, length, out + d);
+      d += 8 * NV;
+    };
+    switch (nv) {
+      case 7:
+        run.template operator()<7>();
+        break;
+      case 6:
+        run.template operator()<6>();
+        break;
+      case 5:
+        run.template operator()<5>();
+        break;
+      case 4:
+        run.template operator()<4>();
+        break;
+      case 3:
+        run.template operator()<3>();
+        break;
+      case 2:
+        run.template operator()<2>();
+        break;
+      case 1:
+        run.template operator()<1>();
+        break;
+      default:
+        break;
+    }
+  }
+#endif
+  if (d < dim) {
+    std::fill(out + d, out + dim, 0.0F);
+    for_positions(v, blocks, block_size, block_stride, stride, length, [&](int64_t s, const float* vs) {
+      const float p = scores[s] / total;
+      for (int64_t i = d; i < dim; ++i) out[i] += p * vs[i];
+    });
+  }
 }
 
 }  // namespace
 
-bool avx2_kernels() {
-  return use_avx2();
+Isa kernel_isa() {
+  return current_isa();
 }
 
-void force_portable_kernels(bool on) {
-  g_force_portable.store(on);
+Isa best_kernel_isa() {
+  return cpu_isa();
 }
 
-void linear(const float* x, int64_t ldx, int64_t rows, const float* w, const float* bias, int64_t in, int64_t out,
-            float* y, int64_t ldy, bool accumulate) {
-  if (rows <= 0 || out <= 0) return;
-  if (use_avx2()) {
-    linear_impl<true>(x, ldx, rows, w, bias, in, out, y, ldy, accumulate);
-  } else {
-    linear_impl<false>(x, ldx, rows, w, bias, in, out, y, ldy, accumulate);
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
   }
 }
 
-void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size, int64_t stride,
-            int64_t length, int64_t dim, float* scores, float* out) {
+void limit_kernel_isa(Isa max) {
+  g_isa_limit.store(static_cast<int>(max));
+}
+
+int64_t packed_size(int64_t in, int64_t out) {
+  return (out + kPanel - 1) / kPanel * kPanel * in;
+}
+
+void pack_weight(const float* w, int64_t in, int64_t out, float* packed) {
+  const int64_t panels = (out + kPanel - 1) / kPanel;
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* dst = packed + p * in * kPanel;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t o = p * kPanel + j;
+        if (o < out) {
+          const float* row = w + o * in;
+          for (int64_t k = 0; k < in; ++k) dst[k * kPanel + j] = row[k];
+        } else {
+          for (int64_t k = 0; k < in; ++k) dst[k * kPanel + j] = 0.0F;
+        }
+      }
+    }
+  });
+}
+
+void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
+            float* y, int64_t ldy, bool accumulate) {
+  if (rows <= 0 || out <= 0) return;
+  linear_impl(shapes(current_isa()), x, ldx, rows, packed, bias, in, out, y, ldy, accumulate);
+}
+
+void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
+            int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
   if (use_avx2()) {
-    attend_impl<true>(q, k, v, blocks, block_size, stride, length, dim, scores, out);
+    attend_impl<true>(q, k, v, blocks, block_size, block_stride, stride, length, dim, scores, out);
   } else {
-    attend_impl<false>(q, k, v, blocks, block_size, stride, length, dim, scores, out);
+    attend_impl<false>(q, k, v, blocks, block_size, block_stride, stride, length, dim, scores, out);
   }
 }
 

@@ -1,32 +1,52 @@
 #pragma once
 // The decode engine's CPU kernels on raw float32 pointers (internal to hyflow::models). Each
-// function picks, once per process, an AVX2+FMA build (function-level target attributes) or a
-// portable one (runtime check with __builtin_cpu_supports on x86, portable elsewhere).
+// function picks the best build the CPU runs (function-level target attributes, checked once
+// per process with __builtin_cpu_supports on x86; portable elsewhere): AVX-512 (the GEMM),
+// AVX2+FMA, or portable C++.
 
 #include <cstdint>
 
 namespace hyflow::models::decode {
 
-/// Whether the AVX2+FMA kernels run on this CPU (false: the portable ones).
-bool avx2_kernels();
-/// Forces the portable kernels (tests compare both builds); process-wide.
-void force_portable_kernels(bool on);
+/// The kernel builds, in order of preference.
+enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-/// y[m, o] (+)= x[m, :] . w[o, :] + bias[o] for m < rows, o < out. w is (out, in) row-major
-/// (a torch Linear weight), x (rows, in) with row stride ldx, y (rows, out) with row stride
-/// ldy. accumulate: y = y + (x.w + b) (a fused residual add, in the reference's order).
-/// Each weight row is read from memory once per call for all rows (tiles of 4 weight rows
-/// times up to 3 activation rows in registers). Splits the output over at::parallel_for.
-void linear(const float* x, int64_t ldx, int64_t rows, const float* w, const float* bias, int64_t in, int64_t out,
+/// The build in use: the CPU's best, capped by limit_kernel_isa.
+Isa kernel_isa();
+/// The CPU's best build.
+Isa best_kernel_isa();
+const char* isa_name(Isa isa);
+/// Caps the build (tests compare them; benchmarks measure them); process-wide. kAvx512: no cap.
+void limit_kernel_isa(Isa max);
+
+/// Output columns per panel of a packed weight.
+constexpr int64_t kPanel = 16;
+
+/// Floats of the packed copy of an (out, in) weight: out rounded up to kPanel, times in.
+int64_t packed_size(int64_t in, int64_t out);
+
+/// Packs a torch Linear weight w (out, in), row-major, for linear(): panel p holds outputs
+/// [16p, 16p + 16) k-major (packed[p * in * 16 + k * 16 + j] = w[16p + j, k]; zero past out).
+void pack_weight(const float* w, int64_t in, int64_t out, float* packed);
+
+/// y[m, o] (+)= x[m, :] . w[o, :] + bias[o] for m < rows, o < out, with w given packed
+/// (pack_weight), x (rows, in) with row stride ldx, y (rows, out) with row stride ldy.
+/// accumulate: y = y + (x.w + b) (a fused residual add, in the reference's order).
+/// Every dot product is the chain acc = fma(x[k], w[k], acc) for k = 0 .. in - 1 from 0, whatever
+/// the rows, the tile or the vector build (the portable build without a fast fma rounds the
+/// product apart): results do not depend on the other rows of the call. A register tile is up to
+/// 8 rows x 48 outputs (AVX-512) or 6 x 16 (AVX2); each group of panels is read from memory once per
+/// call for all rows. Splits the output over at::parallel_for.
+void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
             float* y, int64_t ldy, bool accumulate);
 
 /// One query head's attention over `length` cached positions of a paged cache: position s
 /// lives in block blocks[s / block_size] at offset s % block_size; its key starts at
-/// k + (block * block_size + offset) * stride (v likewise). scores: length floats of scratch.
-/// out[d] = sum_s softmax(q.k_s / sqrt(dim))_s v_s[d]. The AVX2 build's exp is a polynomial
-/// within 2 ulp (exp_avx2 in kernels.cpp), the portable build's std::exp.
-void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size, int64_t stride,
-            int64_t length, int64_t dim, float* scores, float* out);
+/// k + block * block_stride + offset * stride (v likewise). scores: length floats of scratch.
+/// out[d] = sum_s softmax(q.k_s / sqrt(dim))_s v_s[d], summed in position order. The AVX2 build's
+/// exp is a polynomial within 2 ulp (exp_avx2 in kernels.cpp), the portable build's std::exp.
+void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
+            int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out);
 
 /// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product).
 void silu_mul(float* gate, const float* up, int64_t n);

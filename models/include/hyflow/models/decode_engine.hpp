@@ -1,11 +1,11 @@
 #pragma once
 // The rollout's decode engine: a CausalLM forward for generation written on raw float32
-// pointers into the model's own parameters (no copy, no packing: the trainer may update the
-// weights between runs), a small-batch GEMM that reads every weight once per step for the
-// whole batch, fused norms / rotary / SwiGLU / residual adds, a paged (block) KV cache,
-// continuous batching (a finished sequence leaves the batch and a queued prompt takes its slot
-// in the next step) and prefix sharing (the n samples of a prompt share its prefill and its
-// full KV blocks). generate() runs it with GenerationOptions::engine = kDecode.
+// pointers, with a packed copy of each linear weight (refreshed at the start of a run when the
+// parameter changed: the trainer updates the weights between runs), a small-batch GEMM that
+// reads every weight once per step for the whole batch, fused norms / rotary / SwiGLU / residual adds, a paged (block)
+// KV cache, continuous batching (a finished sequence leaves the batch and a queued prompt takes its slot in the next
+// step) and prefix sharing (the n samples of a prompt share its prefill and its full KV blocks). generate() runs it
+// with GenerationOptions::engine = kDecode.
 
 #include <hyflow/cuda/sampling.hpp>
 #include <hyflow/models/llama.hpp>
@@ -56,13 +56,19 @@ struct DecodeStats {
   int64_t kv_block_bytes = 0;  ///< bytes of one block (keys and values of every layer)
   double prefill_s = 0.0;      ///< time in steps that ran prompt tokens
   double decode_s = 0.0;       ///< time in steps that ran only sampled tokens
+  int64_t packed_weights = 0;  ///< linear weights (re)packed at the start of the run (changed since the last)
+  double pack_s = 0.0;         ///< time spent checking and packing them
 };
 
-/// Decodes requests on a CausalLM's float32 CPU parameters. The engine keeps pointers to the
-/// parameters only during run(), re-reading them each time, so in-place weight updates between
-/// runs (optimizer steps, load_state_dict) need nothing; the parameters must not change during
-/// a run. Greedy tokens equal generate()'s reference path up to the summation order of the
-/// products (see docs/models.md, "Decode engine": logits agree to float32 rounding).
+/// Decodes requests on a CausalLM's float32 CPU parameters. The engine holds a packed copy of
+/// every linear weight (as much memory again as those weights) and checks at the start of each
+/// run() whether a parameter changed: another tensor, another data pointer or shape, or a
+/// bumped version counter (every ATen in-place op bumps it: optimizer steps, copy_,
+/// load_state_dict); changed weights are repacked. Writes that bypass ATen (memcpy into
+/// data_ptr, collectives writing raw storage) bump nothing: call drop_packed_weights() after
+/// them. The parameters must not change during a run. Greedy tokens equal generate()'s
+/// reference path up to the summation order of the products (see docs/models.md, "Decode
+/// engine": logits agree to float32 rounding).
 class DecodeEngine {
  public:
   explicit DecodeEngine(CausalLM& model, DecodeEngineOptions options = {});
@@ -75,6 +81,11 @@ class DecodeEngine {
 
   /// Runs every request to completion; outputs are in request order, then sample order.
   std::vector<DecodeOutput> run(const std::vector<DecodeRequest>& requests, const DecodeSampling& sampling);
+
+  /// Forgets the packed weights: the next run() packs every weight again.
+  void drop_packed_weights();
+  /// Bytes of the packed weight copies held between runs.
+  int64_t packed_bytes() const;
 
   const DecodeStats& stats() const { return stats_; }
   const DecodeEngineOptions& options() const { return options_; }
