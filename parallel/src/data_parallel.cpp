@@ -132,6 +132,54 @@ void DataParallelOptimizer::load(const std::filesystem::path& file) {
   reset_schedule(steps.item<int64_t>());
 }
 
+std::vector<AdamState> DataParallelOptimizer::adam_state() const {
+  std::vector<AdamState> out;
+  out.reserve(parameters_.size());
+  const auto& state = optimizer_->state();
+  for (const auto& p : parameters_) {
+    auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == state.end()) {
+      out.push_back({});
+      continue;
+    }
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    out.push_back({s.exp_avg(), s.exp_avg_sq(), s.step()});
+  }
+  return out;
+}
+
+void DataParallelOptimizer::set_adam_state(const std::vector<AdamState>& state, int64_t scheduler_steps,
+                                           const std::string& source) {
+  if (state.size() != parameters_.size())
+    throw ShapeError(source + ": optimizer state for " + std::to_string(state.size()) + " parameters, the model has " +
+                     std::to_string(parameters_.size()));
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto& s = state[i];
+    if (s.exp_avg.defined() != s.exp_avg_sq.defined())
+      throw ShapeError(source + ": parameter " + std::to_string(i) + " has only one of exp_avg and exp_avg_sq");
+    for (const auto* t : {&s.exp_avg, &s.exp_avg_sq})
+      if (t->defined() && t->sizes() != parameters_[i].sizes())
+        throw ShapeError(source + ": optimizer state of parameter " + std::to_string(i) + " has shape " +
+                         c10::str(t->sizes()) + ", the parameter " + c10::str(parameters_[i].sizes()));
+  }
+  torch::NoGradGuard no_grad;
+  auto& map = optimizer_->state();
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto& p = parameters_[i];
+    const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    if (!state[i].exp_avg.defined()) {
+      map.erase(key);
+      continue;
+    }
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(state[i].step);
+    s->exp_avg(state[i].exp_avg.to(p.device(), p.scalar_type()).clone(at::MemoryFormat::Contiguous));
+    s->exp_avg_sq(state[i].exp_avg_sq.to(p.device(), p.scalar_type()).clone(at::MemoryFormat::Contiguous));
+    map[key] = std::move(s);
+  }
+  reset_schedule(scheduler_steps);
+}
+
 void save_rng_state(const std::filesystem::path& file, const at::Generator* extra) {
   torch::serialize::OutputArchive archive;
   {

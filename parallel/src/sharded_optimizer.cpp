@@ -1,3 +1,4 @@
+#include <hyflow/core/error.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/sharded_optimizer.hpp>
 
@@ -5,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace hyflow::parallel {
 
@@ -57,6 +59,45 @@ void ShardedOptimizer::save(const std::filesystem::path& file) const {
 }
 void ShardedOptimizer::load(const std::filesystem::path& file) {
   local_->load(file);
+}
+
+std::vector<AdamState> ShardedOptimizer::shard_state() const {
+  return local_->adam_state();
+}
+
+void ShardedOptimizer::load_full_state(const std::vector<NamedAdamState>& full, int64_t scheduler_steps,
+                                       const std::string& source) {
+  std::map<std::string, const AdamState*> by_name;
+  for (const auto& n : full) by_name[n.name] = &n.state;
+  const auto infos = module_->shard_infos();
+  const auto shards = module_->local_shards();
+  const int64_t r = module_->mesh().shard_rank();
+  std::vector<AdamState> mine;
+  mine.reserve(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const auto& info = infos[i];
+    auto it = by_name.find(info.name);
+    if (it == by_name.end()) throw KeyError(source + ": no optimizer state for parameter '" + info.name + "'");
+    const AdamState& s = *it->second;
+    if (!s.exp_avg.defined()) {
+      mine.push_back({});
+      continue;
+    }
+    const int64_t row_numel = info.rows == 0 ? 0 : shards[i].numel() / info.rows_per_shard;
+    const int64_t begin = std::min(r * info.rows_per_shard, info.rows);
+    const int64_t end = std::min(begin + info.rows_per_shard, info.rows);
+    auto slice = [&](const at::Tensor& t, const char* what) {
+      if (!s.exp_avg_sq.defined() || t.numel() != info.rows * row_numel)
+        throw ShapeError(source + ": " + what + " of parameter '" + info.name + "' has " + std::to_string(t.numel()) +
+                         " values, the parameter " + std::to_string(info.rows * row_numel));
+      auto out = torch::zeros({info.rows_per_shard, row_numel}, torch::kFloat);
+      if (end > begin)
+        out.narrow(0, 0, end - begin).copy_(t.reshape({info.rows, row_numel}).narrow(0, begin, end - begin));
+      return out.reshape({-1});
+    };
+    mine.push_back({slice(s.exp_avg, "exp_avg"), slice(s.exp_avg_sq, "exp_avg_sq"), s.step});
+  }
+  local_->set_adam_state(mine, scheduler_steps, source);
 }
 
 }  // namespace hyflow::parallel

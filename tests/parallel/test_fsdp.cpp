@@ -112,11 +112,12 @@ using test::run_ranks;
 std::vector<Trace> train_sharded(const std::map<std::string, at::Tensor>& state, int n, int64_t fsdp_size,
                                  bool reshard_after_forward, ShardingStrategy expected) {
   std::vector<Trace> traces(static_cast<size_t>(n));
+  test::RankChecks checks;
   run_ranks(n, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = toy_from(state);
     auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, fsdp_size),
                                              FsdpOptions{.reshard_after_forward = reshard_after_forward});
-    CHECK(fsdp->strategy() == expected);
+    RANK_CHECK(checks, fsdp->strategy() == expected);
     ShardedOptimizer opt(fsdp, optim(), "optim");
     auto [x, y] = data();
     const int64_t rows = kRows / n;
@@ -142,6 +143,7 @@ std::vector<Trace> train_sharded(const std::map<std::string, at::Tensor>& state,
     fsdp->for_each_full_parameter(
         [&](const std::string& name, const at::Tensor& full) { t.weights[name] = full.clone(); });
   });
+  checks.report(n);
   return traces;
 }
 
@@ -203,26 +205,29 @@ TEST_CASE("units follow the wrap policy: one per layer, small layers join the ro
 
 TEST_CASE("FULL_SHARD keeps 1/N of the parameters between steps and at most two units plus the root in forward") {
   const auto state = initial_state();
+  test::RankChecks checks;
   run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = toy_from(state);
     auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, -1), FsdpOptions{});
-    CHECK(fsdp->materialized_bytes() == 0);
+    RANK_CHECK(checks, fsdp->materialized_bytes() == 0);
     // rows padded to a multiple of 2: embed 6x5+6, layers 3 x (6x6+6), head 4x6+4 -> half each
-    CHECK(fsdp->sharded_bytes() == (36 + 3 * 42 + 28) / 2 * 4);
+    RANK_CHECK(checks, fsdp->sharded_bytes() == (36 + 3 * 42 + 28) / 2 * 4);
     torch::NoGradGuard no_grad;
     auto [x, y] = data();
     auto out = model->forward(x, fsdp.get());
     fsdp->end_forward();
-    CHECK(fsdp->materialized_bytes() == 0);
+    RANK_CHECK(checks, fsdp->materialized_bytes() == 0);
     const int64_t root = (36 + 21) * 4, layer = 42 * 4;
-    CHECK(fsdp->peak_materialized_bytes() <= root + 2 * layer);
-    CHECK(fsdp->peak_materialized_bytes() >= root + layer);
-    CHECK(torch::allclose(out, toy_from(state)->forward(x, nullptr), 1e-6, 1e-7));
+    RANK_CHECK(checks, fsdp->peak_materialized_bytes() <= root + 2 * layer);
+    RANK_CHECK(checks, fsdp->peak_materialized_bytes() >= root + layer);
+    RANK_CHECK(checks, torch::allclose(out, toy_from(state)->forward(x, nullptr), 1e-6, 1e-7));
   });
+  checks.report(2 * 6);
 }
 
 TEST_CASE("full parameters (a state dict) load into the shards of 4 ranks and gather back equal") {
   const auto state = initial_state();
+  test::RankChecks checks;
   run_ranks(4, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = toy_from(state);
     auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, -1), FsdpOptions{});
@@ -232,12 +237,14 @@ TEST_CASE("full parameters (a state dict) load into the shards of 4 ranks and ga
       for (auto& p : other->parameters()) p.mul_(2);
     }
     fsdp->load_full_parameters(named(other), "doubled");
-    fsdp->for_each_full_parameter(
-        [&](const std::string& name, const at::Tensor& full) { CHECK(torch::equal(full, state.at(name) * 2)); });
+    fsdp->for_each_full_parameter([&](const std::string& name, const at::Tensor& full) {
+      RANK_CHECK(checks, torch::equal(full, state.at(name) * 2));
+    });
     auto bad = named(other);
     bad[0].tensor = torch::zeros({2, 2});
-    CHECK_THROWS_AS(fsdp->load_full_parameters(bad, "bad"), hyflow::ShapeError);
+    checks.throws<hyflow::ShapeError>([&] { fsdp->load_full_parameters(bad, "bad"); }, "a parameter of another shape");
   });
+  checks.report(4 * (10 + 1));  // 10 parameters and the error on each rank
 }
 
 TEST_CASE("a rank that leaves mid-step fails the others' collective with the group's name, no hang") {
@@ -267,9 +274,12 @@ TEST_CASE("a rank that leaves mid-step fails the others' collective with the gro
 }
 
 TEST_CASE("fsdp_size must divide the world size") {
+  test::RankChecks checks;
   run_ranks(3, [&](const std::shared_ptr<ProcessGroup>& pg) {
-    CHECK_THROWS_WITH(make_device_mesh(pg, 2), Catch::Contains("fsdp_size 2") && Catch::Contains("world size 3"));
+    checks.throws<hyflow::ValueError>([&] { make_device_mesh(pg, 2); }, "make_device_mesh(pg, 2) on 3 ranks",
+                                      {"fsdp_size 2", "world size 3"});
   });
+  checks.report(3);
   CHECK_THROWS_WITH(parse_dtype("fp8", "fsdp_config.mixed_precision.param_dtype"),
                     Catch::Contains("param_dtype") && Catch::Contains("fp8"));
 }

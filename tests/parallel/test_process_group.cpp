@@ -1,3 +1,5 @@
+#include "rank_threads.hpp"
+
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/net.hpp>
 #include <hyflow/parallel/process_group.hpp>
@@ -10,27 +12,7 @@
 using namespace hyflow;
 using namespace hyflow::parallel;
 
-namespace {
-/// Runs fn(rank) on `n` threads, each with its own process group on one store.
-template <class Fn>
-void run_ranks(int n, Fn fn) {
-  const int port = pick_free_port();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroup pg({.rank = r, .world_size = n, .master_port = port, .timeout = std::chrono::seconds(20)});
-        fn(pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-}  // namespace
+using test::run_ranks;
 
 TEST_CASE("gloo all_reduce of rank+1 over 4 ranks sums to 10 everywhere") {
   std::vector<float> seen(4, 0.f);
@@ -43,21 +25,22 @@ TEST_CASE("gloo all_reduce of rank+1 over 4 ranks sums to 10 everywhere") {
 }
 
 TEST_CASE("gloo avg, max, broadcast and all_gather over 3 ranks") {
+  test::RankChecks checks;
   run_ranks(3, [&](ProcessGroup& pg) {
     auto a = torch::full({2}, float(pg.rank()));
     pg.all_reduce(a, ReduceOp::avg);
-    CHECK(a[0].item<float>() == Approx(1.0));
+    RANK_CHECK(checks, a[0].item<float>() == 1.f);  // (0 + 1 + 2) / 3, exact in float
     auto m = torch::full({1}, float(pg.rank() * 5));
     pg.all_reduce(m, ReduceOp::max);
-    CHECK(m.item<float>() == 10.f);
+    RANK_CHECK(checks, m.item<float>() == 10.f);
     auto b = torch::full({2}, float(pg.rank() == 2 ? 7 : 0));
     pg.broadcast(b, 2);
-    CHECK(b[1].item<float>() == 7.f);
+    RANK_CHECK(checks, b[1].item<float>() == 7.f);
     auto g = pg.all_gather(torch::full({1}, float(pg.rank() * 2)));
-    REQUIRE(g.size() == 3);
-    CHECK(g[2].item<float>() == 4.f);
+    RANK_CHECK(checks, g.size() == 3 && g[2].item<float>() == 4.f);
     pg.barrier();
   });
+  checks.report(3 * 4);
 }
 
 TEST_CASE("an nccl group that cannot form is a clear error, in every build") {
@@ -86,20 +69,23 @@ TEST_CASE("a missing peer times out naming the rank and the store") {
 }
 
 TEST_CASE("gloo all_gather_into_tensor and reduce_scatter over 3 ranks") {
+  test::RankChecks checks;
   run_ranks(3, [&](ProcessGroup& pg) {
     auto out = torch::zeros({6});
     pg.all_gather_into_tensor(out, torch::full({2}, float(pg.rank())));
-    CHECK(torch::equal(out, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+    RANK_CHECK(checks, torch::equal(out, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
     auto input = torch::arange(6, torch::kFloat) * float(pg.rank() + 1);  // sum over ranks: 6 * arange
     auto mine = torch::zeros({2});
     pg.reduce_scatter(mine, input);
-    CHECK(torch::equal(mine, torch::tensor({12.f * pg.rank(), 12.f * pg.rank() + 6.f})));
+    RANK_CHECK(checks, torch::equal(mine, torch::tensor({12.f * pg.rank(), 12.f * pg.rank() + 6.f})));
     auto avg = torch::zeros({2});
     pg.reduce_scatter(avg, input, ReduceOp::avg);
-    CHECK(torch::allclose(avg, mine / 3));
+    RANK_CHECK(checks, torch::allclose(avg, mine / 3));
     pg.synchronize();  // gloo collectives are synchronous: nothing pending
-    CHECK_THROWS_AS(pg.reduce_scatter(mine, torch::zeros({5})), hyflow::ShapeError);
+    checks.throws<hyflow::ShapeError>([&] { pg.reduce_scatter(mine, torch::zeros({5})); },
+                                      "reduce_scatter into a tensor of 5 from 6 over 3 ranks");
   });
+  checks.report(3 * 4);
 }
 
 TEST_CASE("ranks exchange an NCCL-style unique id through the group's store") {

@@ -142,6 +142,8 @@ TEST_CASE("data parallel: 2 workers update like 1 worker on the same batch, weig
   // an entropy bonus: the averaged gradient equals the single-worker one.
   auto config = actor_rollout_ref_config(
       8, {{"ppo_epochs", 2}, {"use_kl_loss", true}, {"kl_loss_coef", 0.1}, {"entropy_coeff", 0.01}});
+  // the sharded group's checkpoint also holds the gathered Hugging Face folder read below
+  config["actor"]["checkpoint"] = {{"save_contents", {"model", "optimizer", "extra", "hf_model"}}};
   auto one = actor_group(rt, 1, config);
   auto two = actor_group(rt, 2, config);
   DataProto batch = training_batch(one, 8);
@@ -198,11 +200,16 @@ TEST_CASE("checkpoint: save then load restores weights, optimizer, lr schedule a
     a.call(&ActorRolloutRefWorker::update_actor, batch);
     TempDir dir("ckpt");
     a.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
-    CHECK(std::filesystem::exists(dir.path / "config.json"));
-    CHECK(std::filesystem::exists(dir.path / "model.safetensors"));
     CHECK(std::filesystem::exists(dir.path / "tokenizer_config.json"));
-    CHECK(std::filesystem::exists(
-        dir.path / ("optim_world_size_" + std::to_string(ws) + "_rank_" + std::to_string(ws - 1) + ".pt")));
+    if (ws == 1) {  // replicated: the Hugging Face folder and per-rank optimizer files
+      CHECK(std::filesystem::exists(dir.path / "config.json"));
+      CHECK(std::filesystem::exists(dir.path / "model.safetensors"));
+      CHECK(std::filesystem::exists(dir.path / "optim_world_size_1_rank_0.pt"));
+    } else {  // sharded (FULL_SHARD by default): parameter and optimizer shards with a manifest
+      CHECK(std::filesystem::exists(dir.path / "fsdp_manifest.json"));
+      CHECK(std::filesystem::exists(dir.path / "model_shard_1_of_2.bin"));
+      CHECK(std::filesystem::exists(dir.path / "optim_shard_1_of_2.bin"));
+    }
 
     DataProto next_a = a.call(&ActorRolloutRefWorker::update_actor, batch);
     DataProto gen_a = a.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));

@@ -113,6 +113,8 @@ TEST_CASE("critic data parallel: 2 workers update like 1 worker; checkpoint load
   auto fresh_two = critic_group(rt, 2, [&] {
     auto c = config;
     c["model"]["path"] = start.path.string();  // an HF directory with the score head
+    // sharded by default: also write the gathered Hugging Face folder, read below
+    c["checkpoint"] = {{"save_contents", {"model", "optimizer", "extra", "hf_model"}}};
     return c;
   }());
   DataProto m1 = one.call(&CriticWorker::update_critic, batch);

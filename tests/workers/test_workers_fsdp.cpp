@@ -4,9 +4,14 @@
 #include "workers_test_util.hpp"
 
 #include <hyflow/actors/all.hpp>
+#include <hyflow/parallel/data_parallel.hpp>
+#include <hyflow/parallel/fsdp_checkpoint.hpp>
 #include <hyflow/workers/all.hpp>
 
 #include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
 
 using namespace hyflow;
 using hyflow::workers::ActorRolloutRefWorker;
@@ -28,6 +33,15 @@ Json with_fsdp(Json config, const Json& fsdp_config) {
   return config;
 }
 
+void copy_dir(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::filesystem::copy(from, to,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+}
+
+std::vector<std::string> digests(WorkerGroup& wg) {
+  return wg.call(&ActorRolloutRefWorker::parameter_digest);
+}
+
 bool all_same(const std::vector<std::string>& v) {
   return std::all_of(v.begin(), v.end(), [&](auto& s) { return s == v[0]; });
 }
@@ -45,10 +59,21 @@ std::vector<double> grad_norms(const DataProto& out) {
   return flat;
 }
 
+// The policy of a worker checkpoint (sharded layout or Hugging Face folder) as a model.
+models::CausalLM checkpoint_model(const std::filesystem::path& dir) {
+  if (!parallel::is_sharded_checkpoint(dir)) return models::load_causal_lm(dir);
+  models::CausalLM model(tiny_config());
+  models::NamedTensors tensors;
+  for (auto& p : parallel::load_sharded_parameters(dir)) tensors.emplace_back(p.name, p.tensor);
+  torch::NoGradGuard no_grad;
+  models::load_parameters(*model, tensors, dir.string());
+  return model;
+}
+
 at::Tensor saved_weights(WorkerGroup& wg, const std::string& tag) {
   TempDir dir(tag);
   wg.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
-  return flat_parameters(*models::load_causal_lm(dir.path));
+  return flat_parameters(*checkpoint_model(dir.path));
 }
 }  // namespace
 
@@ -133,7 +158,7 @@ TEST_CASE("sharded ranks with uneven dynamic micro-batch counts agree on the cou
   CHECK(all_same(wg.call(&ActorRolloutRefWorker::parameter_digest)));
 }
 
-TEST_CASE("sharded critic on 2 workers: ranks in sync, its checkpoint is a Hugging Face folder one worker loads") {
+TEST_CASE("sharded critic on 2 workers: ranks in sync; with hf_model its checkpoint is also a Hugging Face folder") {
   Runtime rt;
   hyflow::workers::register_workers();
   auto critic = [&](int ws, const Json& config) {
@@ -153,7 +178,20 @@ TEST_CASE("sharded critic on 2 workers: ranks in sync, its checkpoint is a Huggi
   CHECK_FALSE(torch::equal(after.batch.at("values"), v2.batch.at("values")));
 
   TempDir dir("critic");
-  two.call(&CriticWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  auto with_hf = critic_config(4);  // the shards plus the gathered Hugging Face folder
+  with_hf["checkpoint"] = {{"save_contents", {"model", "optimizer", "extra", "hf_model"}}};
+  auto saver = critic(2, with_hf);
+  saver.call(&CriticWorker::load_checkpoint, [&] {
+    TempDir sharded("critic_sharded");  // the default: the sharded layout only
+    two.call(&CriticWorker::save_checkpoint, sharded.path.string(), int64_t{1});
+    CHECK(parallel::is_sharded_checkpoint(sharded.path));
+    CHECK_FALSE(std::filesystem::exists(sharded.path / "model.safetensors"));
+    const auto copy = dir.path / "sharded";
+    std::filesystem::copy(sharded.path, copy);
+    return copy.string();
+  }());
+  saver.call(&CriticWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  CHECK(parallel::is_sharded_checkpoint(dir.path));
   auto config = critic_config(4);
   config["model"]["path"] = dir.path.string();
   auto one = critic(1, config);  // the trained value head and transformer, gathered from the shards
@@ -176,4 +214,139 @@ TEST_CASE("bf16 compute with fp32 master shards trains on 2 workers and stays cl
   for (double v : grad_norms(bf16.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen))))
     CHECK(std::isfinite(v));
   CHECK(all_same(bf16.call(&ActorRolloutRefWorker::parameter_digest)));
+}
+
+// What "resumes" promises at another world size (docs/workers.md): the state a group loads is
+// bit-identical to the saved one (parameters, AdamW moments and steps, lr schedule position);
+// the next step then equals an uninterrupted run at that world size up to the rounding of the
+// gradient reduction (another world size sums in another order): grad norms to 1e-4 relative,
+// weights within 1% of the step's update, the lr exactly. At the same world size it is bit-exact.
+TEST_CASE("a sharded actor checkpoint saved on 4 workers resumes on 2, on 1 and HYBRID: model and optimizer reshard") {
+  Runtime rt;
+  const auto base = actor_rollout_ref_config(8, {{"optim", {{"lr", 1e-2}, {"lr_warmup_steps", 3}}}});
+  auto one = actor_group(rt, 1, base);
+  DataProto gen = one.call(&ActorRolloutRefWorker::generate_sequences, prompts(8));
+  DataProto lp = one.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  gen.union_with(lp.select(std::vector<std::string>{"old_log_probs"}));
+  const DataProto step1 = with_advantages(gen, 4), step2 = with_advantages(gen, 9);
+
+  auto four = actor_group(rt, 4, base);
+  four.call(&ActorRolloutRefWorker::update_actor, step1);
+  TempDir dir("resume4");
+  four.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  for (int r = 0; r < 4; ++r) {
+    CHECK(std::filesystem::exists(dir.path / ("model_shard_" + std::to_string(r) + "_of_4.bin")));
+    CHECK(std::filesystem::exists(dir.path / ("optim_shard_" + std::to_string(r) + "_of_4.bin")));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.path / "model.safetensors"));  // no hf_model in save_contents
+  CHECK(std::filesystem::exists(dir.path / "tokenizer_config.json"));
+  const auto saved_digest = digests(four)[0];
+  const auto saved_opt = parallel::load_sharded_optimizer(dir.path);
+  CHECK(saved_opt.scheduler_steps == 1);
+
+  // hyflow-model-merger turns the worker checkpoint into a Hugging Face folder of these weights
+  TempDir hf("resume4_hf");
+  const std::string command = std::string(HYFLOW_MODEL_MERGER) + " merge --backend fsdp --local_dir " +
+                              dir.path.string() + " --target_dir " + hf.path.string() + " > /dev/null";
+  REQUIRE(std::system(command.c_str()) == 0);
+  CHECK(parallel::parameter_digest(models::load_causal_lm(hf.path)->parameters()) == saved_digest);
+
+  // same world size: the next step is bit-identical
+  DataProto next4 = four.call(&ActorRolloutRefWorker::update_actor, step2);
+  {
+    auto again = actor_group(rt, 4, base);
+    again.call(&ActorRolloutRefWorker::load_checkpoint, dir.path.string());
+    DataProto next = again.call(&ActorRolloutRefWorker::update_actor, step2);
+    CHECK(grad_norms(next) == grad_norms(next4));
+    CHECK(digests(again) == digests(four));
+  }
+
+  struct Case {
+    const char* name;
+    int workers;
+    int64_t fsdp_size;
+  };
+  for (const auto& c : {Case{"2 workers FULL_SHARD", 2, -1}, Case{"1 worker", 1, -1}, Case{"4 workers HYBRID", 4, 2}}) {
+    SECTION(c.name) {
+      const auto config = with_fsdp(base, {{"fsdp_size", c.fsdp_size}});
+      auto resumed = actor_group(rt, c.workers, config);
+      resumed.call(&ActorRolloutRefWorker::load_checkpoint, dir.path.string());
+      CHECK(digests(resumed)[0] == saved_digest);
+      if (c.workers > 1) {  // saved again at this world size: the same full optimizer state, bit for bit
+        TempDir again("resaved");
+        resumed.call(&ActorRolloutRefWorker::save_checkpoint, again.path.string(), int64_t{1});
+        const auto opt = parallel::load_sharded_optimizer(again.path);
+        CHECK(opt.scheduler_steps == saved_opt.scheduler_steps);
+        REQUIRE(opt.parameters.size() == saved_opt.parameters.size());
+        for (size_t i = 0; i < opt.parameters.size(); ++i) {
+          CAPTURE(opt.parameters[i].name);
+          CHECK(opt.parameters[i].name == saved_opt.parameters[i].name);
+          CHECK(opt.parameters[i].state.step == saved_opt.parameters[i].state.step);
+          CHECK(torch::equal(opt.parameters[i].state.exp_avg, saved_opt.parameters[i].state.exp_avg));
+          CHECK(torch::equal(opt.parameters[i].state.exp_avg_sq, saved_opt.parameters[i].state.exp_avg_sq));
+        }
+      }
+      // the next step against an uninterrupted run at this world size
+      auto uninterrupted = actor_group(rt, c.workers, config);
+      uninterrupted.call(&ActorRolloutRefWorker::update_actor, step1);
+      const auto before = saved_weights(uninterrupted, "before");
+      DataProto expected = uninterrupted.call(&ActorRolloutRefWorker::update_actor, step2);
+      DataProto got = resumed.call(&ActorRolloutRefWorker::update_actor, step2);
+      const auto norms = grad_norms(got), want = grad_norms(expected);
+      REQUIRE(norms.size() == want.size());
+      for (size_t i = 0; i < norms.size(); ++i) CHECK(norms[i] == Approx(want[i]).epsilon(1e-4));
+      CHECK(got.meta_info.at("metrics").at("actor/lr") == expected.meta_info.at("metrics").at("actor/lr"));
+      const auto w = saved_weights(resumed, "resumed"), w_ref = saved_weights(uninterrupted, "reference");
+      const double update = (w_ref - before).abs().max().item<double>();
+      REQUIRE(update > 1e-4);
+      CAPTURE(update, (w - w_ref).abs().max().item<double>());
+      CHECK((w - w_ref).abs().max().item<double>() < 0.01 * update);
+      // the comparison tells: without the optimizer state (load_contents ['model']) the step differs
+      auto model_only = config;
+      model_only["actor"]["checkpoint"] = {{"load_contents", {"model"}}};
+      auto fresh = actor_group(rt, c.workers, model_only);
+      fresh.call(&ActorRolloutRefWorker::load_checkpoint, dir.path.string());
+      fresh.call(&ActorRolloutRefWorker::update_actor, step2);
+      CHECK((saved_weights(fresh, "fresh") - w_ref).abs().max().item<double>() > 0.1 * update);
+    }
+  }
+}
+
+TEST_CASE("a sharded worker checkpoint missing a file or failing a checksum is a FormatError naming the file") {
+  Runtime rt;
+  const auto base = actor_rollout_ref_config(4);
+  auto two = actor_group(rt, 2, base);
+  DataProto gen = two.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  DataProto lp = two.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  gen.union_with(lp.select(std::vector<std::string>{"old_log_probs"}));
+  two.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen));
+  TempDir dir("damaged");
+  two.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  auto one = actor_group(rt, 1, base);
+  {
+    TempDir copy("damaged_optim");
+    copy_dir(dir.path, copy.path);
+    std::filesystem::remove(copy.path / "optim_shard_1_of_2.bin");
+    CHECK_THROWS_WITH(one.call(&ActorRolloutRefWorker::load_checkpoint, copy.path.string()),
+                      Catch::Contains("optim_shard_1_of_2.bin"));
+  }
+  {
+    TempDir copy("damaged_model");
+    copy_dir(dir.path, copy.path);
+    std::fstream f(copy.path / "model_shard_0_of_2.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(17);
+    f.put('\x5a');
+    f.close();
+    CHECK_THROWS_WITH(one.call(&ActorRolloutRefWorker::load_checkpoint, copy.path.string()),
+                      Catch::Contains("model_shard_0_of_2.bin") && Catch::Contains("checksum"));
+  }
+  // load_contents ['model'] reads only the parameter shards
+  auto model_only = base;
+  model_only["actor"]["checkpoint"] = {{"load_contents", {"model"}}};
+  TempDir copy("model_only");
+  copy_dir(dir.path, copy.path);
+  std::filesystem::remove(copy.path / "optim_shard_0_of_2.bin");
+  auto reader = actor_group(rt, 1, model_only);
+  reader.call(&ActorRolloutRefWorker::load_checkpoint, copy.path.string());
+  CHECK(digests(reader) == std::vector<std::string>{digests(two)[0]});
 }

@@ -182,32 +182,36 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
 
 void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  std::function<void(const fs::path&)> save_model;
-  if (policy_ && has_actor(role_))
-    save_model = [&](const fs::path& d) {
-      models::save_pretrained(*policy_, policy_->config(), d);
-      detail::copy_tokenizer_files(config_.model.path, d);
-    };
-  if (policy_fsdp_) policy_fsdp_->unshard_all();  // rank 0 writes the full model
-  detail::save_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), global_step, save_model,
-                           optimizer_.get(), rollout_generator_ ? &*rollout_generator_ : nullptr, group_.get());
-  if (policy_fsdp_) policy_fsdp_->reshard_all();
+  const bool trained = policy_ && has_actor(role_);
+  const detail::RoleCheckpoint role{.worker = "ActorRolloutRefWorker",
+                                    .rank = rank(),
+                                    .world_size = world_size(),
+                                    .model = trained ? policy_.get() : nullptr,
+                                    .config = trained ? &policy_->config() : nullptr,
+                                    .fsdp = trained ? policy_fsdp_.get() : nullptr,
+                                    .optimizer = optimizer_.get(),
+                                    .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
+                                    .group = group_.get(),
+                                    .model_dir = config_.model.path,
+                                    .contents = &config_.actor.checkpoint};
+  detail::save_role_checkpoint(role, dir, global_step);
 }
 
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  std::function<void(const fs::path&)> load_model;
-  if (policy_ && has_actor(role_))
-    load_model = [&](const fs::path& d) {
-      auto tensors = models::load_checkpoint_tensors(d);
-      torch::NoGradGuard no_grad;
-      if (policy_fsdp_)
-        policy_fsdp_->load_full_parameters(detail::named_parameters(tensors), d.string());
-      else
-        models::load_parameters(*policy_, tensors, d.string());
-    };
-  detail::load_train_state(dir, "ActorRolloutRefWorker", rank(), world_size(), load_model, optimizer_.get(),
-                           rollout_generator_ ? &*rollout_generator_ : nullptr);
+  const bool trained = policy_ && has_actor(role_);
+  const detail::RoleCheckpoint role{.worker = "ActorRolloutRefWorker",
+                                    .rank = rank(),
+                                    .world_size = world_size(),
+                                    .model = trained ? policy_.get() : nullptr,
+                                    .config = trained ? &policy_->config() : nullptr,
+                                    .fsdp = trained ? policy_fsdp_.get() : nullptr,
+                                    .optimizer = optimizer_.get(),
+                                    .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
+                                    .group = group_.get(),
+                                    .model_dir = config_.model.path,
+                                    .contents = &config_.actor.checkpoint};
+  detail::load_role_checkpoint(role, dir);
 }
 
 std::string ActorRolloutRefWorker::parameter_digest() const {

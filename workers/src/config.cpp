@@ -116,6 +116,23 @@ void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_train
   require(f.fsdp_size == -1 || f.fsdp_size >= 1, s.key_path("fsdp_size"), "-1 or >= 1", f.fsdp_size);
 }
 
+void read_checkpoint(Section s, CheckpointSection& c) {
+  static const std::vector<std::string> kContents = {"model", "optimizer", "extra", "hf_model"};
+  s.read("save_contents", c.save_contents,
+         {.help = "what a checkpoint holds: model, optimizer, extra (RNG), hf_model (docs/parallel.md)"});
+  c.load_contents = c.save_contents;  // verl: ${.save_contents}
+  s.read("load_contents", c.load_contents,
+         {.help = "what resuming restores (null: save_contents)", .null_default = true});
+  s.ignore({"async_save", "_target_"});
+  s.finish();
+  if (s.describing()) return;
+  for (const auto* list : {&c.save_contents, &c.load_contents})
+    for (const auto& item : *list)
+      require(std::find(kContents.begin(), kContents.end(), item) != kContents.end(),
+              s.key_path(list == &c.save_contents ? "save_contents" : "load_contents"),
+              "a list of model, optimizer, extra, hf_model", item);
+}
+
 void read_optim(Section s, OptimConfig& o) {
   s.read("lr", o.lr, {.help = "learning rate", .minimum = 0});
   s.read("weight_decay", o.weight_decay, {.help = "AdamW weight decay", .minimum = 0});
@@ -225,11 +242,11 @@ void read_actor(Section s, ActorSection& a) {
   }
   read_optim(s.sub("optim"), a.optim);
   read_fsdp(s, s.sub("fsdp_config"), a.fsdp, /*strategy_in_trainer_table=*/true);
+  read_checkpoint(s.sub("checkpoint"), a.checkpoint);
   check_sp(s);
   s.ignore({"shuffle",
             "data_loader_seed",
             "ppo_micro_batch_size",
-            "checkpoint",
             "use_torch_compile",
             "profiler",
             "entropy_checkpointing",
@@ -351,6 +368,13 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
 
 }  // namespace
 
+bool CheckpointSection::saves(const std::string& what) const {
+  return std::find(save_contents.begin(), save_contents.end(), what) != save_contents.end();
+}
+bool CheckpointSection::loads(const std::string& what) const {
+  return std::find(load_contents.begin(), load_contents.end(), what) != load_contents.end();
+}
+
 Role parse_role(const std::string& role) {
   if (role == "actor") return Role::actor;
   if (role == "rollout") return Role::rollout;
@@ -436,9 +460,9 @@ void read_critic(Section s, CriticConfig& c) {
   s.read("grad_clip", c.grad_clip, {.help = "gradient norm clip"});
   s.read("rollout_n", c.rollout_n, {.set_by_trainer = true});  // actor_rollout_ref.rollout.n
   check_sp(s);
-  s.ignore({"shuffle", "data_loader_seed", "enable", "ppo_micro_batch_size", "forward_micro_batch_size", "checkpoint",
-            "profiler", "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine",
-            "loss_scale_factor"});
+  read_checkpoint(s.sub("checkpoint"), c.checkpoint);
+  s.ignore({"shuffle", "data_loader_seed", "enable", "ppo_micro_batch_size", "forward_micro_batch_size", "profiler",
+            "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine", "loss_scale_factor"});
   s.finish();
   if (s.describing()) return;
   check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));

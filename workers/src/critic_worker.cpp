@@ -123,30 +123,34 @@ DataProto CriticWorker::update_critic(DataProto data) {
 
 void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  if (fsdp_) fsdp_->unshard_all();  // rank 0 writes the full model
-  detail::save_train_state(
-      dir, "CriticWorker", rank(), world_size(), global_step,
-      [&](const fs::path& d) {
-        models::save_pretrained(*model_, model_->config(), d);
-        detail::copy_tokenizer_files(config_.model.path, d);
-      },
-      optimizer_.get(), nullptr, group_.get());
-  if (fsdp_) fsdp_->reshard_all();
+  const detail::RoleCheckpoint role{.worker = "CriticWorker",
+                                    .rank = rank(),
+                                    .world_size = world_size(),
+                                    .model = model_.get(),
+                                    .config = &model_->config(),
+                                    .fsdp = fsdp_.get(),
+                                    .optimizer = optimizer_.get(),
+                                    .generator = nullptr,
+                                    .group = group_.get(),
+                                    .model_dir = config_.model.path,
+                                    .contents = &config_.checkpoint};
+  detail::save_role_checkpoint(role, dir, global_step);
 }
 
 void CriticWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  detail::load_train_state(
-      dir, "CriticWorker", rank(), world_size(),
-      [&](const fs::path& d) {
-        auto tensors = models::load_checkpoint_tensors(d);
-        torch::NoGradGuard no_grad;
-        if (fsdp_)
-          fsdp_->load_full_parameters(detail::named_parameters(tensors), d.string());
-        else
-          models::load_parameters(*model_, tensors, d.string());
-      },
-      optimizer_.get(), nullptr);
+  const detail::RoleCheckpoint role{.worker = "CriticWorker",
+                                    .rank = rank(),
+                                    .world_size = world_size(),
+                                    .model = model_.get(),
+                                    .config = &model_->config(),
+                                    .fsdp = fsdp_.get(),
+                                    .optimizer = optimizer_.get(),
+                                    .generator = nullptr,
+                                    .group = group_.get(),
+                                    .model_dir = config_.model.path,
+                                    .contents = &config_.checkpoint};
+  detail::load_role_checkpoint(role, dir);
 }
 
 std::string CriticWorker::parameter_digest() const {

@@ -2,10 +2,20 @@
 
 #include "worker_common.hpp"
 
+#include "fsdp_model.hpp"
+
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/models/config.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/fsdp.hpp>
+#include <hyflow/parallel/fsdp_checkpoint.hpp>
 #include <hyflow/parallel/process_group.hpp>
+#include <hyflow/parallel/sharded_optimizer.hpp>
 #include <hyflow/workers/micro_batches.hpp>
+
+#include <torch/torch.h>
+
+#include <map>
 
 namespace hyflow::workers::detail {
 
@@ -42,27 +52,107 @@ void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan&
   optimizer.scheduler_step();
 }
 
-void save_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
-                      int64_t global_step, const std::function<void(const std::filesystem::path&)>& save_model,
-                      const parallel::Optimizer* optimizer, const at::Generator* generator,
-                      parallel::ProcessGroup* group) {
-  std::filesystem::create_directories(dir);
-  if (rank == 0) {
-    if (save_model) save_model(dir);
-    write_state(dir, worker, world_size, global_step);
-  }
-  if (optimizer) optimizer->save(optimizer_file(dir, rank, world_size));
-  parallel::save_rng_state(rng_file(dir, rank, world_size), generator);
-  if (group) group->barrier();
+namespace {
+
+namespace fs = std::filesystem;
+
+// The role's parameters by name in model order (the optimizer of a replicated role holds them in
+// this order).
+std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
 }
 
-void load_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
-                      const std::function<void(const std::filesystem::path&)>& load_model,
-                      parallel::Optimizer* optimizer, at::Generator* generator) {
-  check_state(dir, worker, world_size);
-  if (load_model) load_model(dir);
-  if (optimizer) optimizer->load(optimizer_file(dir, rank, world_size));
-  parallel::load_rng_state(rng_file(dir, rank, world_size), generator);
+void load_sharded_optimizer_state(const RoleCheckpoint& role, const fs::path& dir) {
+  auto full = parallel::load_sharded_optimizer(dir);
+  const std::string source = "optimizer state of '" + dir.string() + "'";
+  if (role.fsdp) {
+    auto* sharded = dynamic_cast<parallel::ShardedOptimizer*>(role.optimizer);
+    if (!sharded) throw Error(role.worker + ": a sharded model without a sharded optimizer");
+    sharded->load_full_state(full.parameters, full.scheduler_steps, source);
+    return;
+  }
+  // a replicated model (one rank, or fsdp_size 1): the full state in the model's parameter order
+  auto* replicated = dynamic_cast<parallel::DataParallelOptimizer*>(role.optimizer);
+  if (!replicated) throw Error(role.worker + ": a replicated model without a data-parallel optimizer");
+  std::map<std::string, parallel::AdamState*> by_name;
+  for (auto& p : full.parameters) by_name[p.name] = &p.state;
+  std::vector<parallel::AdamState> state;
+  for (const auto& [name, tensor] : named_parameters_of(*role.model)) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw KeyError(source + ": no optimizer state for parameter '" + name + "'");
+    auto s = *it->second;
+    if (s.exp_avg.defined()) {
+      s.exp_avg = s.exp_avg.view(tensor.sizes());
+      s.exp_avg_sq = s.exp_avg_sq.view(tensor.sizes());
+    }
+    state.push_back(std::move(s));
+  }
+  replicated->set_adam_state(state, full.scheduler_steps, source);
+}
+
+}  // namespace
+
+void save_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir, int64_t global_step) {
+  const auto& contents = *role.contents;
+  fs::create_directories(dir);
+  const bool sharded = role.fsdp != nullptr;
+  const bool model = role.model && contents.saves("model");
+  const bool optimizer = role.optimizer && contents.saves("optimizer");
+  const bool hf = role.model && (contents.saves("hf_model") || (!sharded && model));
+  if (sharded && (model || optimizer)) {
+    // the optimizer's rows are described by the parameter manifest: the shards come along
+    const auto* sharded_optimizer =
+        optimizer ? dynamic_cast<const parallel::ShardedOptimizer*>(role.optimizer) : nullptr;
+    if (optimizer && !sharded_optimizer) throw Error(role.worker + ": a sharded model without a sharded optimizer");
+    parallel::save_sharded_checkpoint(*role.fsdp, sharded_optimizer, dir,
+                                      Json{{"config", models::config_to_json(*role.config)}}, role.group);
+  }
+  if (hf) {
+    if (sharded) role.fsdp->unshard_all();  // rank 0 writes the full model
+    if (role.rank == 0) models::save_pretrained(*role.model, *role.config, dir);
+    if (sharded) role.fsdp->reshard_all();
+  }
+  if (role.rank == 0) {
+    if (role.model && (model || hf || optimizer)) copy_tokenizer_files(role.model_dir, dir);
+    write_state(dir, role.worker, role.world_size, global_step, sharded && (model || optimizer));
+  }
+  if (optimizer && !sharded) role.optimizer->save(optimizer_file(dir, role.rank, role.world_size));
+  if (contents.saves("extra")) parallel::save_rng_state(rng_file(dir, role.rank, role.world_size), role.generator);
+  if (role.group) role.group->barrier();
+}
+
+void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
+  const auto& contents = *role.contents;
+  const bool sharded_layout = parallel::is_sharded_checkpoint(dir);
+  const int saved_world_size = check_state(dir, role.worker, role.world_size, /*any_world_size=*/sharded_layout);
+  const bool same_world = saved_world_size == role.world_size;
+  if (role.model && contents.loads("model")) {
+    torch::NoGradGuard no_grad;
+    std::vector<parallel::NamedParameter> full;
+    models::NamedTensors tensors;
+    if (sharded_layout) {
+      full = parallel::load_sharded_parameters(dir);
+      for (const auto& p : full) tensors.emplace_back(p.name, p.tensor);
+    } else {
+      tensors = models::load_checkpoint_tensors(dir);
+      full = named_parameters(tensors);
+    }
+    if (role.fsdp)
+      role.fsdp->load_full_parameters(full, dir.string());
+    else
+      models::load_parameters(*role.model, tensors, dir.string());
+  }
+  if (role.optimizer && contents.loads("optimizer")) {
+    if (sharded_layout)
+      load_sharded_optimizer_state(role, dir);
+    else
+      role.optimizer->load(optimizer_file(dir, role.rank, role.world_size));
+  }
+  // RNG streams are per rank: restored at the saved world size only (docs/workers.md)
+  if (contents.loads("extra") && same_world)
+    parallel::load_rng_state(rng_file(dir, role.rank, role.world_size), role.generator);
 }
 
 }  // namespace hyflow::workers::detail

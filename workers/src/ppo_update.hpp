@@ -14,6 +14,14 @@
 #include <utility>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
+namespace hyflow::models {
+struct ModelConfig;
+}
+
 namespace hyflow::parallel {
 class FsdpModule;
 class Optimizer;
@@ -54,17 +62,32 @@ void ppo_update(const std::vector<DataProto>& mini_batches, const PpoUpdatePlan&
                 const std::string& method, MetricLists& metrics,
                 const std::function<void(const DataProto& micro_batch, double scale)>& micro_step);
 
-/// The trained model's side of a worker checkpoint in `dir`: rank 0 runs `save_model` (may be
-/// empty) and writes the state file; every rank writes its optimizer state (when there is an
-/// optimizer) and its RNG state (the torch CPU generator and `generator`); then a barrier.
-void save_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
-                      int64_t global_step, const std::function<void(const std::filesystem::path&)>& save_model,
-                      const parallel::Optimizer* optimizer, const at::Generator* generator,
-                      parallel::ProcessGroup* group);
-/// Checks the state file (worker type, world size), runs `load_model` (may be empty) and
-/// restores the optimizer and RNG state saved by save_train_state.
-void load_train_state(const std::filesystem::path& dir, const std::string& worker, int rank, int world_size,
-                      const std::function<void(const std::filesystem::path&)>& load_model,
-                      parallel::Optimizer* optimizer, at::Generator* generator);
+/// What a role checkpoints: its trained model (sharded or replicated), optimizer and RNG state.
+struct RoleCheckpoint {
+  std::string worker;  ///< the state file's "worker" ("ActorRolloutRefWorker")
+  int rank = 0;
+  int world_size = 1;
+  torch::nn::Module* model = nullptr;  ///< the trained model; null: nothing trained (RNG only)
+  const models::ModelConfig* config = nullptr;
+  parallel::FsdpModule* fsdp = nullptr;      ///< null: replicated parameters
+  parallel::Optimizer* optimizer = nullptr;  ///< ShardedOptimizer when fsdp is set
+  at::Generator* generator = nullptr;        ///< saved with the torch CPU generator ("extra")
+  parallel::ProcessGroup* group = nullptr;
+  std::filesystem::path model_dir;  ///< model.path: its tokenizer files are copied along
+  const CheckpointSection* contents = nullptr;
+};
+
+/// Writes a worker checkpoint into `dir` (every rank calls it; ends with a barrier). With
+/// `fsdp`: "model" / "optimizer" write the sharded layout of hyflow/parallel/fsdp_checkpoint.hpp
+/// (parameter shards, AdamW state per parameter rows, manifest), "hf_model" additionally the
+/// gathered Hugging Face folder. Replicated: "model" (or "hf_model") is rank 0's Hugging Face
+/// folder and "optimizer" each rank's optim_world_size_W_rank_r.pt. "extra": each rank's RNG
+/// state. Rank 0 writes hyflow_worker_state.json (worker, world size, layout, step).
+void save_role_checkpoint(const RoleCheckpoint& role, const std::filesystem::path& dir, int64_t global_step);
+/// Restores what load_contents names. A sharded checkpoint loads at any world size and mesh
+/// (model and optimizer resharded; the RNG state only at the saved world size), into a sharded
+/// or a replicated model; a replicated one needs the saved world size (ValueError otherwise).
+/// FormatError naming the file for a missing or damaged one.
+void load_role_checkpoint(const RoleCheckpoint& role, const std::filesystem::path& dir);
 
 }  // namespace hyflow::workers::detail

@@ -93,13 +93,19 @@ void copy_tokenizer_files(const std::filesystem::path& model_dir, const std::fil
   }
 }
 
-void write_state(const std::filesystem::path& dir, const std::string& worker, int world_size, int64_t global_step) {
+void write_state(const std::filesystem::path& dir, const std::string& worker, int world_size, int64_t global_step,
+                 bool sharded) {
   std::ofstream out(state_file(dir));
-  out << Json{{"worker", worker}, {"world_size", world_size}, {"global_step", global_step}}.dump(2) << "\n";
+  out << Json{{"worker", worker},
+              {"world_size", world_size},
+              {"layout", sharded ? "sharded" : "replicated"},
+              {"global_step", global_step}}
+             .dump(2)
+      << "\n";
   if (!out) throw Error("cannot write '" + state_file(dir).string() + "'");
 }
 
-void check_state(const std::filesystem::path& dir, const std::string& worker, int world_size) {
+int check_state(const std::filesystem::path& dir, const std::string& worker, int world_size, bool any_world_size) {
   const auto file = state_file(dir);
   std::ifstream in(file);
   if (!in) throw FormatError("checkpoint '" + dir.string() + "' has no " + file.filename().string());
@@ -114,9 +120,13 @@ void check_state(const std::filesystem::path& dir, const std::string& worker, in
   if (state.at("worker") != worker)
     throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("worker").dump() + ", not " +
                      worker);
-  if (state.at("world_size") != world_size)
+  if (!state.at("world_size").is_number_integer())
+    throw FormatError("checkpoint state '" + file.string() + "': 'world_size' is not an integer");
+  if (!any_world_size && state.at("world_size") != world_size)
     throw ValueError("checkpoint '" + dir.string() + "' was written by " + state.at("world_size").dump() +
-                     " workers; this group has " + std::to_string(world_size));
+                     " workers; this group has " + std::to_string(world_size) +
+                     " (only a sharded checkpoint loads at another world size)");
+  return state.at("world_size").get<int>();
 }
 
 nlohmann::json metrics_json(const std::vector<std::pair<std::string, std::vector<double>>>& metrics) {

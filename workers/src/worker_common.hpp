@@ -42,11 +42,13 @@ std::filesystem::path state_file(const std::filesystem::path& dir);
 /// Copies tokenizer files (everything but config.json and safetensors) of model_dir into dir.
 void copy_tokenizer_files(const std::filesystem::path& model_dir, const std::filesystem::path& dir);
 
-/// Writes {"worker": ..., "world_size": ..., "global_step": ...} to state_file(dir).
-void write_state(const std::filesystem::path& dir, const std::string& worker, int world_size, int64_t global_step);
-/// Reads state_file(dir) and checks worker type and world size (FormatError / ValueError
-/// naming the file).
-void check_state(const std::filesystem::path& dir, const std::string& worker, int world_size);
+/// Writes {"worker": ..., "world_size": ..., "layout": "sharded" | "replicated", "global_step": ...}
+/// to state_file(dir).
+void write_state(const std::filesystem::path& dir, const std::string& worker, int world_size, int64_t global_step,
+                 bool sharded);
+/// Reads state_file(dir), checks the worker type and (unless `any_world_size`) the world size
+/// (FormatError / ValueError naming the file); returns the saved world size.
+int check_state(const std::filesystem::path& dir, const std::string& worker, int world_size, bool any_world_size);
 
 /// Metrics lists as a JSON object.
 nlohmann::json metrics_json(const std::vector<std::pair<std::string, std::vector<double>>>& metrics);

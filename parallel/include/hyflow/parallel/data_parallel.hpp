@@ -35,6 +35,14 @@ void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGrou
 /// when their weights are bit-identical.
 std::string parameter_digest(const std::vector<at::Tensor>& parameters);
 
+/// AdamW's state of one parameter: the moments (shaped like the parameter; undefined before
+/// its first step) and the step count.
+struct AdamState {
+  at::Tensor exp_avg;
+  at::Tensor exp_avg_sq;
+  int64_t step = 0;
+};
+
 /// AdamW (verl's defaults) with the warmup schedule, gradient averaging over `group` and
 /// gradient clipping with the non-finite skip.
 class DataParallelOptimizer : public Optimizer {
@@ -60,6 +68,13 @@ class DataParallelOptimizer : public Optimizer {
   void save(const std::filesystem::path& file) const override;
   /// FormatError naming the file when it is missing or does not fit these parameters.
   void load(const std::filesystem::path& file) override;
+
+  /// The AdamW state of every parameter, in the order of the constructor's parameters (the
+  /// tensors are the optimizer's own: copy before changing them). Resharding checkpoints read it.
+  std::vector<AdamState> adam_state() const;
+  /// Replaces the AdamW state (copied) and the schedule position. ShapeError naming `source`
+  /// and the parameter index when the count or a moment's shape does not match.
+  void set_adam_state(const std::vector<AdamState>& state, int64_t scheduler_steps, const std::string& source);
 
  private:
   void reset_schedule(int64_t steps);

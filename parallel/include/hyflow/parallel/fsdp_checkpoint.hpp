@@ -11,10 +11,15 @@
 //                               [{"shard_rank", "file", "bytes", "fnv1a64"}]}
 //   model_shard_{r}_of_{S}.bin  rank r's master shards, float32 little-endian, in manifest order
 //                               (parameter p at "offset" bytes, rows_per_shard x row_numel values)
+//   optim_shard_{r}_of_{S}.bin  with optimizer state: rank r's AdamW exp_avg rows laid out as the
+//                               model shard (parameter p at "offset"), then its exp_avg_sq rows
+//                               (at the model shard's size + "offset"); the manifest's "optimizer"
+//                               holds {"scheduler_steps", "steps": [per parameter], "shards": [...]}
 // Files are written to a temporary name and renamed, so a crash leaves no partial file under
 // the final name.
 
 #include <hyflow/parallel/fsdp.hpp>
+#include <hyflow/parallel/sharded_optimizer.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -28,10 +33,26 @@ namespace hyflow::parallel {
 /// Every rank of the group calls it.
 void save_sharded_parameters(const FsdpModule& module, const std::filesystem::path& dir, const nlohmann::json& extra,
                              ProcessGroup* world);
+/// save_sharded_parameters plus, when `optimizer` is set, its AdamW state per parameter rows
+/// (optim_shard_*), so that loading at another world size reshards the optimizer too.
+void save_sharded_checkpoint(const FsdpModule& module, const ShardedOptimizer* optimizer,
+                             const std::filesystem::path& dir, const nlohmann::json& extra, ProcessGroup* world);
+
+/// Whether `dir` holds a sharded checkpoint (its manifest exists).
+bool is_sharded_checkpoint(const std::filesystem::path& dir);
 
 /// The full float32 parameters of a sharded checkpoint (any world size), in manifest order,
 /// and the manifest's "extra". FormatError naming the file (and the parameter or byte count)
 /// when the manifest is malformed or a shard file is missing, truncated or fails its checksum.
 std::vector<NamedParameter> load_sharded_parameters(const std::filesystem::path& dir, nlohmann::json* extra = nullptr);
+
+/// Full (unsharded) AdamW state of a sharded checkpoint and the lr schedule position.
+struct FullOptimizerState {
+  std::vector<NamedAdamState> parameters;  ///< manifest order; moments shaped like the parameters
+  int64_t scheduler_steps = 0;
+};
+/// The optimizer state of a sharded checkpoint (any world size); FormatError naming the file when
+/// the manifest has none, or a file is missing, truncated or fails its checksum.
+FullOptimizerState load_sharded_optimizer(const std::filesystem::path& dir);
 
 }  // namespace hyflow::parallel

@@ -2,6 +2,7 @@
 // AdamW on the local shards of an FsdpModule: optimizer state exists only for this rank's
 // slice of every parameter (1/N of it), the gradient norm is the global one across shards.
 
+#include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/fsdp.hpp>
 #include <hyflow/parallel/optim_config.hpp>
 #include <hyflow/parallel/optimizer.hpp>
@@ -11,7 +12,11 @@
 
 namespace hyflow::parallel {
 
-class DataParallelOptimizer;
+/// AdamW state of one full (unsharded) parameter, by name: what a resharding checkpoint holds.
+struct NamedAdamState {
+  std::string name;
+  AdamState state;  ///< moments shaped like the full parameter (undefined: not stepped yet)
+};
 
 class ShardedOptimizer : public Optimizer {
  public:
@@ -30,6 +35,13 @@ class ShardedOptimizer : public Optimizer {
   /// This rank's AdamW state (its shards) and the schedule position; load needs the same mesh.
   void save(const std::filesystem::path& file) const override;
   void load(const std::filesystem::path& file) override;
+
+  /// This rank's AdamW state, one entry per module parameter (FsdpModule::shard_infos order),
+  /// the moments flat like the local shards (rows_per_shard x row_numel values, padding rows 0).
+  std::vector<AdamState> shard_state() const;
+  /// Resharding: takes this rank's rows of full AdamW state (by parameter name; padding rows
+  /// zero) and the schedule position. KeyError / ShapeError naming `source` and the parameter.
+  void load_full_state(const std::vector<NamedAdamState>& full, int64_t scheduler_steps, const std::string& source);
 
  private:
   std::shared_ptr<FsdpModule> module_;

@@ -45,9 +45,21 @@ struct FsdpSection {
   std::string buffer_dtype = "fp32";
 };
 
+/// *.checkpoint (actor, critic): what save_checkpoint writes and load_checkpoint restores, with
+/// verl's names: "model" (a sharded model: the fsdp shards and manifest; replicated: the Hugging
+/// Face folder), "optimizer" (AdamW state and lr schedule), "extra" (RNG state), "hf_model" (the
+/// Hugging Face folder of the full model, written in addition to the shards). load_contents
+/// defaults to save_contents, as verl's `${.save_contents}`.
+struct CheckpointSection {
+  std::vector<std::string> save_contents{"model", "optimizer", "extra"};
+  std::vector<std::string> load_contents{"model", "optimizer", "extra"};
+  bool saves(const std::string& what) const;
+  bool loads(const std::string& what) const;
+};
+
 /// actor_rollout_ref.actor
 struct ActorSection {
-  int64_t ppo_mini_batch_size = 256;                  ///< prompts per mini-batch (before ×n, ÷world)
+  int64_t ppo_mini_batch_size = 256;                    ///< prompts per mini-batch (before ×n, ÷world)
   std::optional<int64_t> ppo_micro_batch_size_per_gpu;  ///< unset: one micro-batch per mini-batch
   bool use_dynamic_bsz = false;
   int64_t ppo_max_token_len_per_gpu = 16384;
@@ -61,6 +73,7 @@ struct ActorSection {
   algos::core_algos::ActorConfig loss;  ///< clip ratios, loss_agg_mode, policy_loss, tau_*
   OptimConfig optim;
   FsdpSection fsdp;  ///< strategy, fsdp_config
+  CheckpointSection checkpoint;
 };
 
 /// actor_rollout_ref.rollout.val_kwargs
@@ -99,7 +112,7 @@ struct ActorRolloutRefConfig {
   ModelSection model;
   ActorSection actor;
   RolloutSection rollout;
-  ForwardBatching ref;  ///< ref.log_prob_* (defaults: the actor's dynamic-bsz settings)
+  ForwardBatching ref;   ///< ref.log_prob_* (defaults: the actor's dynamic-bsz settings)
   FsdpSection ref_fsdp;  ///< ref.strategy, ref.fsdp_config
 };
 
@@ -118,6 +131,7 @@ struct CriticConfig {
   double grad_clip = 1.0;
   int64_t rollout_n = 1;  ///< ppo_mini_batch_size counts prompts: ×rollout_n
   FsdpSection fsdp;       ///< critic.strategy, critic.model.fsdp_config (verl's place for the critic)
+  CheckpointSection checkpoint;
 };
 
 /// reward_model
