@@ -61,6 +61,10 @@ class DataParallelOptimizer : public Optimizer {
   /// FormatError naming the file when it is missing or does not fit these parameters.
   void load(const std::filesystem::path& file) override;
 
+  /// The AdamW state tensors this rank holds (exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad),
+  /// sharing their storage: what benchmarks count as optimizer memory.
+  std::vector<at::Tensor> state_tensors() const;
+
  private:
   void reset_schedule(int64_t steps);
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hyflow::parallel {
 
@@ -30,6 +31,8 @@ class ShardedOptimizer : public Optimizer {
   /// This rank's AdamW state (its shards) and the schedule position; load needs the same mesh.
   void save(const std::filesystem::path& file) const override;
   void load(const std::filesystem::path& file) override;
+  /// The AdamW state tensors of this rank's shards (shared storage).
+  std::vector<at::Tensor> state_tensors() const;
 
  private:
   std::shared_ptr<FsdpModule> module_;
