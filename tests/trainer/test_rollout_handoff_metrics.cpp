@@ -7,8 +7,8 @@
 
 #include <hyflow/trainer/ppo_trainer.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 
@@ -99,8 +99,8 @@ TEST_CASE("colocated GRPO steps report timing_s/reshard, the handoff's peak byte
 TEST_CASE("without rollout.calculate_log_probs the loop has no rollout_probs_diff (verl computes it only then)") {
   TempDir out("handoff_nolp");
   Config config = small_config("grpo", out.path);
-  config.apply_arguments({"--trainer.total_training_steps=1", "--trainer.test_freq=-1",
-                          "--trainer.val_before_train=false"});
+  config.apply_arguments(
+      {"--trainer.total_training_steps=1", "--trainer.test_freq=-1", "--trainer.val_before_train=false"});
   PPOTrainer t(config);
   t.init_workers();
   t.fit();

@@ -39,8 +39,8 @@ TEST_CASE("a sharded colocated rollout reports its gather time and the full mode
   };
   for (const auto& c : {Case{"FULL_SHARD", 2, {{"fsdp_size", -1}}, true},
                         Case{"SHARD_GRAD_OP", 2, {{"reshard_after_forward", false}}, true},
-                        Case{"HYBRID_SHARD", 4, {{"fsdp_size", 2}}, true}, Case{"NO_SHARD", 2, {{"fsdp_size", 1}}, false},
-                        Case{"one worker", 1, Json::object(), false}}) {
+                        Case{"HYBRID_SHARD", 4, {{"fsdp_size", 2}}, true},
+                        Case{"NO_SHARD", 2, {{"fsdp_size", 1}}, false}, Case{"one worker", 1, Json::object(), false}}) {
     SECTION(std::string(c.name) + " on " + std::to_string(c.workers) + " workers") {
       auto wg = actor_group(rt, c.workers, c.fsdp_config);
       for (int call = 0; call < 2; ++call) {  // the second call starts from the resharded state again
