@@ -135,18 +135,17 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
   // beyond what the engine held before (the whole model once gathered).
   double reshard_s = 0;
-  int64_t peak_extra = 0;
+  int64_t peak_extra = 0, before = 0;
   if (policy_fsdp_) {
-    const int64_t before = policy_fsdp_->materialized_bytes();
+    before = policy_fsdp_->materialized_bytes();
     policy_fsdp_->reset_peak();
     const auto start = std::chrono::steady_clock::now();
     policy_fsdp_->unshard_all();
     reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);
   }
   DataProto out = models::generate(policy_, input, options);
   if (policy_fsdp_) {
-    peak_extra = std::max(peak_extra, policy_fsdp_->peak_materialized_bytes() - policy_fsdp_->materialized_bytes());
+    peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
     policy_fsdp_->reshard_all();
   }
   if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
