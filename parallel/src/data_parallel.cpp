@@ -103,6 +103,16 @@ double DataParallelOptimizer::step(double max_norm) {
   return norm;
 }
 
+std::vector<at::Tensor> DataParallelOptimizer::state_tensors() const {
+  std::vector<at::Tensor> out;
+  for (const auto& [key, state] : optimizer_->state()) {
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*state);
+    for (const auto& t : {adam.exp_avg(), adam.exp_avg_sq(), adam.max_exp_avg_sq()})
+      if (t.defined()) out.push_back(t);
+  }
+  return out;
+}
+
 double DataParallelOptimizer::lr() const { return scheduler_->get_last_lr().front(); }
 
 void DataParallelOptimizer::scheduler_step() {

@@ -19,6 +19,10 @@ ShardedOptimizer::ShardedOptimizer(std::shared_ptr<FsdpModule> module, const Opt
 
 ShardedOptimizer::~ShardedOptimizer() = default;
 
+std::vector<at::Tensor> ShardedOptimizer::state_tensors() const {
+  return local_->state_tensors();
+}
+
 void ShardedOptimizer::zero_grad() {
   local_->zero_grad();
 }

@@ -477,7 +477,9 @@ std::pair<DataProto, DataProto> PPOTrainer::Impl::prepare_generation(const std::
 }
 
 DataProto PPOTrainer::Impl::with_rollout(DataProto batch, const DataProto& gen_out) {
-  batch.union_with(gen_out);
+  DataProto rollout = gen_out;  // the handoff figures are per generation call, not per row
+  for (const char* key : {"timing", "reshard_peak_extra_bytes"}) rollout.meta_info.erase(key);
+  batch.union_with(rollout);
   const int64_t T = batch.batch.at("responses").size(1);
   if (!batch.batch.contains("response_mask"))
     batch.batch.set("response_mask", batch.batch.at("attention_mask").narrow(1, -T, T));
@@ -492,6 +494,7 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
     Timer t(m, "gen");
     gen_out = actor->call(&ActorRolloutRefWorker::generate_sequences, gen_batch);
   }
+  record_rollout_handoff(gen_out.meta_info, m);
   batch = batch.repeat(n, /*interleave=*/true);
   std::optional<at::Tensor> reward_baselines;
   if (adv_estimator == "remax") {
@@ -676,6 +679,9 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     batch.union_with(
         old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
+  // verl's debug metric: how far the rollout's probabilities of the sampled tokens are from the
+  // actor's (computed whenever the rollout returned its log-probs)
+  if (batch.batch.contains("rollout_log_probs")) m.update(rollout_probs_diff_metrics(batch));
   if (rollout_is) {  // verl's decoupled rollout correction: weights old / rollout policy per token
     auto r = algos::rollout_correction::compute_rollout_is_weights(
         batch.batch.at("old_log_probs"), batch.batch.at("rollout_log_probs"), batch.batch.at("response_mask"),

@@ -1,7 +1,11 @@
-// Sequence balancing of a batch over the data-parallel ranks, and the progress line.
+// Sequence balancing of a batch over the data-parallel ranks, the rollout handoff metrics and the
+// progress line.
 #include "trainer_metrics.hpp"
 
+#include <hyflow/core/error.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
+
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <iomanip>
@@ -9,6 +13,36 @@
 #include <sstream>
 
 namespace hyflow::trainer {
+
+nlohmann::json rollout_probs_diff_metrics(const DataProto& batch) {
+  const auto& rollout = batch.batch.at("rollout_log_probs");
+  const auto& actor = batch.batch.at("old_log_probs");
+  if (rollout.sizes() != actor.sizes())
+    throw ShapeError("rollout_probs_diff: rollout_log_probs " + c10::str(rollout.sizes()) + " vs old_log_probs " +
+                     c10::str(actor.sizes()));
+  const int64_t R = batch.batch.at("responses").size(1);
+  const auto mask = batch.batch.at("attention_mask").narrow(1, -R, R).to(torch::kBool);
+  const auto diff = torch::abs(torch::exp(rollout) - torch::exp(actor)).masked_select(mask);
+  nlohmann::json m = nlohmann::json::object();
+  if (diff.numel() == 0) return m;
+  m["training/rollout_probs_diff_max"] = diff.max().item<double>();
+  m["training/rollout_probs_diff_mean"] = diff.mean().item<double>();
+  m["training/rollout_probs_diff_std"] = diff.std().item<double>();
+  return m;
+}
+
+void record_rollout_handoff(const nlohmann::json& meta, nlohmann::json& m) {
+  if (meta.contains("timing") && meta.at("timing").contains("reshard")) {
+    auto& slot = m["timing_s/reshard"];
+    const double s = meta.at("timing").at("reshard").get<double>();
+    slot = slot.is_number() ? slot.get<double>() + s : s;
+  }
+  if (meta.contains("reshard_peak_extra_bytes")) {
+    auto& slot = m["perf/reshard_peak_extra_bytes"];
+    const int64_t bytes = meta.at("reshard_peak_extra_bytes").get<int64_t>();
+    slot = slot.is_number() ? std::max(slot.get<int64_t>(), bytes) : bytes;
+  }
+}
 
 void balance_batch(DataProto& batch, int64_t world, nlohmann::json& m) {
   const int64_t B = batch.size();

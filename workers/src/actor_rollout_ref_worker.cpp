@@ -15,6 +15,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
+
 namespace hyflow::workers {
 
 namespace fs = std::filesystem;
@@ -129,11 +132,36 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
                     prompts.non_tensor_batch, prompts.meta_info);
   // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
-  if (policy_fsdp_) policy_fsdp_->unshard_all();
+  // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
+  // beyond what the engine held before (the whole model once gathered).
+  double reshard_s = 0;
+  int64_t peak_extra = 0, before = 0;
+  if (policy_fsdp_) {
+    before = policy_fsdp_->materialized_bytes();
+    policy_fsdp_->reset_peak();
+    const auto start = std::chrono::steady_clock::now();
+    policy_fsdp_->unshard_all();
+    reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   DataProto out = models::generate(policy_, input, options);
-  if (policy_fsdp_) policy_fsdp_->reshard_all();
+  if (policy_fsdp_) {
+    peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
+    policy_fsdp_->reshard_all();
+  }
   if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
   stamp_weight_version(out);
+  // Equal on every rank (verl's reduce_timing averages; the peak is the largest rank's), so the
+  // parts concatenate: the plain meta_info keys of DP_COMPUTE_PROTO outputs must agree.
+  if (policy_fsdp_ && group_) {
+    auto time = torch::tensor({reshard_s}, torch::kDouble);
+    auto peak = torch::tensor({peak_extra}, torch::kLong);
+    group_->all_reduce(time, parallel::ReduceOp::sum);
+    group_->all_reduce(peak, parallel::ReduceOp::max);
+    reshard_s = time.item<double>() / world_size();
+    peak_extra = peak.item<int64_t>();
+  }
+  out.meta_info["timing"] = Json{{"reshard", reshard_s}};
+  out.meta_info["reshard_peak_extra_bytes"] = peak_extra;
   return out;
 }
 

@@ -75,6 +75,9 @@ class DataParallelOptimizer : public Optimizer {
   /// Replaces the AdamW state (copied) and the schedule position. ShapeError naming `source`
   /// and the parameter index when the count or a moment's shape does not match.
   void set_adam_state(const std::vector<AdamState>& state, int64_t scheduler_steps, const std::string& source);
+  /// The AdamW state tensors this rank holds (exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad),
+  /// sharing their storage: what benchmarks count as optimizer memory.
+  std::vector<at::Tensor> state_tensors() const;
 
  private:
   void reset_schedule(int64_t steps);

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hyflow::parallel {
 
@@ -35,6 +36,8 @@ class ShardedOptimizer : public Optimizer {
   /// This rank's AdamW state (its shards) and the schedule position; load needs the same mesh.
   void save(const std::filesystem::path& file) const override;
   void load(const std::filesystem::path& file) override;
+  /// The AdamW state tensors of this rank's shards (shared storage).
+  std::vector<at::Tensor> state_tensors() const;
 
   /// This rank's AdamW state, one entry per module parameter (FsdpModule::shard_infos order),
   /// the moments flat like the local shards (rows_per_shard x row_numel values, padding rows 0).
