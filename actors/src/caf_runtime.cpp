@@ -192,7 +192,8 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
             for (auto& a : args)
               if (a.is_future()) a = a.materialized();
           Value result = entry.invoke(*st.created.worker, args);
-          if (transfer && transfer->in_use(uses_tls(self->system()))) transfer->export_large(result, /*expires=*/true, st.job);
+          if (transfer && transfer->in_use(uses_tls(self->system())))
+            transfer->export_large(result, /*expires=*/true, st.job);
           return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.

@@ -179,7 +179,8 @@ TEST_CASE("an object stored for a job is served only with that job's token; othe
   const std::string holder = "127.0.0.1:" + std::to_string(plane.port());
   auto ref = plane.put(pattern(100), true, job_a);
   // A job this server holds nothing for is refused at the door, before a thread serves it.
-  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, job_b), Catch::Contains(holder) && Catch::Contains("wrong data plane token"));
+  CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, job_b),
+                    Catch::Contains(holder) && Catch::Contains("wrong data plane token"));
   // The cluster's token passes the door but is not this object's key.
   CHECK_THROWS_WITH(DataPlane::fetch(ref, 2s, o.token), Catch::Contains("another job"));
   CHECK_FALSE(DataPlane::discard(ref, 2s, o.token));
