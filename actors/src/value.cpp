@@ -59,17 +59,7 @@ void ValueFuture::then(std::function<void(Value)> on_value, std::function<void(s
     });
   }
   state->result.subscribe([state, on_value = std::move(on_value), on_error = std::move(on_error)] {
-    std::exception_ptr error;
-    Value value;
-    try {
-      value = state->result.get();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (error)
-      on_error(error);
-    else
-      on_value(std::move(value));
+    state->result.deliver(on_value, on_error);
   });
 }
 

@@ -606,7 +606,7 @@ struct DataPlane::Impl {
           refused = true;
         } else {
           object = std::move(it->second);  // one consumer: freed once handed out
-          erase_locked(it);
+          erase_locked(it);                // reads only `job` and `token`, which the move copied
           if (op == kOpFetch) {
             ++stats.fetched;
             stats.bytes_served += object->size;

@@ -42,13 +42,19 @@ class DataPlaneTransfer final : public actors::PayloadTransfer {
 
  private:
   /// The key objects of `job` are stored under (empty: the plane's own, the cluster's token).
-  static std::string store_token(const std::string& job) {
-    return job.empty() ? std::string() : job_data_plane_token(DataPlane::process_token(), job);
-  }
-  /// The token requests for `job`'s objects carry.
+  static std::string store_token(const std::string& job) { return job.empty() ? std::string() : request_token(job); }
+  /// The token requests for `job`'s objects carry. Every remote call asks, almost always for the
+  /// same job on the same thread (a worker's, a collector's): the last derivation is kept.
   static std::string request_token(const std::string& job) {
-    const auto cluster = DataPlane::process_token();
-    return job.empty() ? cluster : job_data_plane_token(cluster, job);
+    std::string cluster = DataPlane::process_token();
+    if (job.empty()) return cluster;
+    thread_local std::string last_cluster, last_job, last_token;
+    if (cluster != last_cluster || job != last_job) {
+      last_token = job_data_plane_token(cluster, job);
+      last_cluster = std::move(cluster);
+      last_job = job;
+    }
+    return last_token;
   }
 };
 

@@ -157,17 +157,7 @@ void DataProtoFuture::then(OnValue on_value, OnError on_error) const {
   if (!state_) throw ValueError("DataProtoFuture::then: empty future");
   if (!on_value || !on_error) throw ValueError("DataProtoFuture::then: empty continuation");
   when_ready([state = state_, on_value = std::move(on_value), on_error = std::move(on_error)] {
-    std::exception_ptr error;
-    DataProto value;
-    try {
-      value = state->result.get();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (error)
-      on_error(error);
-    else
-      on_value(std::move(value));
+    state->result.deliver(on_value, on_error);
   });
 }
 

@@ -208,38 +208,29 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
   return out;
 }
 
+detail::RoleCheckpoint ActorRolloutRefWorker::checkpoint_role() {
+  const bool trained = policy_ && has_actor(role_);
+  return {.worker = "ActorRolloutRefWorker",
+          .rank = rank(),
+          .world_size = world_size(),
+          .model = trained ? policy_.get() : nullptr,
+          .config = trained ? &policy_->config() : nullptr,
+          .fsdp = trained ? policy_fsdp_.get() : nullptr,
+          .optimizer = optimizer_.get(),
+          .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
+          .group = group_.get(),
+          .model_dir = config_.model.path,
+          .contents = &config_.actor.checkpoint};
+}
+
 void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  const bool trained = policy_ && has_actor(role_);
-  const detail::RoleCheckpoint role{.worker = "ActorRolloutRefWorker",
-                                    .rank = rank(),
-                                    .world_size = world_size(),
-                                    .model = trained ? policy_.get() : nullptr,
-                                    .config = trained ? &policy_->config() : nullptr,
-                                    .fsdp = trained ? policy_fsdp_.get() : nullptr,
-                                    .optimizer = optimizer_.get(),
-                                    .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
-                                    .group = group_.get(),
-                                    .model_dir = config_.model.path,
-                                    .contents = &config_.actor.checkpoint};
-  detail::save_role_checkpoint(role, dir, global_step);
+  detail::save_role_checkpoint(checkpoint_role(), dir, global_step);
 }
 
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  const bool trained = policy_ && has_actor(role_);
-  const detail::RoleCheckpoint role{.worker = "ActorRolloutRefWorker",
-                                    .rank = rank(),
-                                    .world_size = world_size(),
-                                    .model = trained ? policy_.get() : nullptr,
-                                    .config = trained ? &policy_->config() : nullptr,
-                                    .fsdp = trained ? policy_fsdp_.get() : nullptr,
-                                    .optimizer = optimizer_.get(),
-                                    .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
-                                    .group = group_.get(),
-                                    .model_dir = config_.model.path,
-                                    .contents = &config_.actor.checkpoint};
-  detail::load_role_checkpoint(role, dir);
+  detail::load_role_checkpoint(checkpoint_role(), dir);
 }
 
 std::string ActorRolloutRefWorker::parameter_digest() const {

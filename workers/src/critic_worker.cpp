@@ -121,36 +121,28 @@ DataProto CriticWorker::update_critic(DataProto data) {
   return out;
 }
 
+detail::RoleCheckpoint CriticWorker::checkpoint_role() {
+  return {.worker = "CriticWorker",
+          .rank = rank(),
+          .world_size = world_size(),
+          .model = model_.get(),
+          .config = &model_->config(),
+          .fsdp = fsdp_.get(),
+          .optimizer = optimizer_.get(),
+          .generator = nullptr,
+          .group = group_.get(),
+          .model_dir = config_.model.path,
+          .contents = &config_.checkpoint};
+}
+
 void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {
   require_initialized("save_checkpoint");
-  const detail::RoleCheckpoint role{.worker = "CriticWorker",
-                                    .rank = rank(),
-                                    .world_size = world_size(),
-                                    .model = model_.get(),
-                                    .config = &model_->config(),
-                                    .fsdp = fsdp_.get(),
-                                    .optimizer = optimizer_.get(),
-                                    .generator = nullptr,
-                                    .group = group_.get(),
-                                    .model_dir = config_.model.path,
-                                    .contents = &config_.checkpoint};
-  detail::save_role_checkpoint(role, dir, global_step);
+  detail::save_role_checkpoint(checkpoint_role(), dir, global_step);
 }
 
 void CriticWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
-  const detail::RoleCheckpoint role{.worker = "CriticWorker",
-                                    .rank = rank(),
-                                    .world_size = world_size(),
-                                    .model = model_.get(),
-                                    .config = &model_->config(),
-                                    .fsdp = fsdp_.get(),
-                                    .optimizer = optimizer_.get(),
-                                    .generator = nullptr,
-                                    .group = group_.get(),
-                                    .model_dir = config_.model.path,
-                                    .contents = &config_.checkpoint};
-  detail::load_role_checkpoint(role, dir);
+  detail::load_role_checkpoint(checkpoint_role(), dir);
 }
 
 std::string CriticWorker::parameter_digest() const {

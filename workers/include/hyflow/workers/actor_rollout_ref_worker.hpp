@@ -24,6 +24,9 @@ class ProcessGroup;
 }  // namespace hyflow::parallel
 
 namespace hyflow::workers {
+namespace detail {
+struct RoleCheckpoint;
+}  // namespace detail
 
 
 class ActorRolloutRefWorker : public Worker {
@@ -94,6 +97,8 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   void require_initialized(const char* method) const;
+  /// What save_checkpoint / load_checkpoint write and read for this worker's role.
+  detail::RoleCheckpoint checkpoint_role();
   DataProto log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp, const DataProto& data,
                          const ForwardBatching& batching, bool with_entropy, const char* method);
 

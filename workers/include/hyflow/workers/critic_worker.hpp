@@ -19,6 +19,9 @@ class ProcessGroup;
 }  // namespace hyflow::parallel
 
 namespace hyflow::workers {
+namespace detail {
+struct RoleCheckpoint;
+}  // namespace detail
 
 
 class CriticWorker : public Worker {
@@ -51,6 +54,8 @@ class CriticWorker : public Worker {
 
  private:
   void require_initialized(const char* method) const;
+  /// What save_checkpoint / load_checkpoint write and read.
+  detail::RoleCheckpoint checkpoint_role();
   at::Tensor response_values(const DataProto& micro_batch);
 
   CriticConfig config_;

@@ -59,6 +59,22 @@ class SharedResult {
     }
     run(fn);
   }
+  /// Hands the result, once set, to `on_value` (a copy of the value) or `on_error` (the
+  /// producer's exception): what a future's then() runs from a subscribed continuation.
+  template <class OnValue, class OnError>
+  void deliver(OnValue& on_value, OnError& on_error) const {
+    std::exception_ptr error;
+    T value;
+    try {
+      value = get();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error)
+      on_error(error);
+    else
+      on_value(std::move(value));
+  }
 
  private:
   template <class Store>
