@@ -4,8 +4,8 @@
 #include <hyflow/algos/rollout_correction.hpp>
 #include <hyflow/core/error.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 
@@ -24,7 +24,9 @@ Batch ratios_batch() {
   return {(rollout + ratios.log()).to(torch::kFloat), rollout.to(torch::kFloat),
           torch::tensor({{1, 1, 1}, {1, 1, 0}}, torch::kLong)};
 }
-double metric(const nlohmann::json& m, const std::string& name) { return m.at("rollout_corr/" + name).get<double>(); }
+double metric(const nlohmann::json& m, const std::string& name) {
+  return m.at("rollout_corr/" + name).get<double>();
+}
 }  // namespace
 
 TEST_CASE("token rejection sampling drops each valid token whose ratio is outside [1/threshold, threshold]") {
@@ -43,7 +45,8 @@ TEST_CASE("token rejection sampling drops each valid token whose ratio is outsid
 
 TEST_CASE("sequence rejection sampling judges a row by the product of its ratios and drops it whole") {
   const auto b = ratios_batch();
-  const auto r = compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask, {.level = "sequence", .threshold = 2.0});
+  const auto r =
+      compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask, {.level = "sequence", .threshold = 2.0});
   // row 0: 1.5 x 0.4 x 1 = 0.6 is kept; row 1: 2.5 x 1 = 2.5 > 2 is rejected
   CHECK(torch::equal(r.response_mask, torch::tensor({{1, 1, 1}, {0, 0, 0}}, torch::kLong)));
   CHECK(metric(r.metrics, "rollout_rs_masked_fraction") == Approx(2.0 / 5));
@@ -55,19 +58,20 @@ TEST_CASE("sequence rejection sampling judges a row by the product of its ratios
   CHECK(metric(r.metrics, "rollout_rs_mean") == Approx((3 * 0.6 + 2 * 2.5) / 5).epsilon(1e-5));  // per valid token
 }
 
-TEST_CASE("geometric rejection sampling judges a row by the geometric mean of its ratios, with an explicit "
-          "lower bound") {
+TEST_CASE(
+    "geometric rejection sampling judges a row by the geometric mean of its ratios, with an explicit "
+    "lower bound") {
   const auto b = ratios_batch();
   // geometric means: row 0 0.6^(1/3) = 0.843, row 1 2.5^(1/2) = 1.581
   const auto wide = compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask, {.level = "geometric"});
   CHECK(torch::equal(wide.response_mask, b.mask));
   CHECK(metric(wide.metrics, "rollout_rs_max") == Approx(std::sqrt(2.5)).epsilon(1e-5));
   CHECK(metric(wide.metrics, "rollout_rs_min") == Approx(std::cbrt(0.6)).epsilon(1e-5));
-  const auto narrow = compute_rollout_rejection_mask(
-      b.old_lp, b.rollout_lp, b.mask, {.level = "geometric", .threshold = 1.5, .threshold_lower = 0.8});
+  const auto narrow = compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask,
+                                                     {.level = "geometric", .threshold = 1.5, .threshold_lower = 0.8});
   CHECK(torch::equal(narrow.response_mask, torch::tensor({{1, 1, 1}, {0, 0, 0}}, torch::kLong)));
-  const auto above = compute_rollout_rejection_mask(
-      b.old_lp, b.rollout_lp, b.mask, {.level = "geometric", .threshold = 2.0, .threshold_lower = 0.9});
+  const auto above = compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask,
+                                                    {.level = "geometric", .threshold = 2.0, .threshold_lower = 0.9});
   CHECK(torch::equal(above.response_mask, torch::tensor({{0, 0, 0}, {1, 1, 0}}, torch::kLong)));
   CHECK(metric(above.metrics, "rollout_rs_ratio_fraction_low") == Approx(0.5));
 }
@@ -101,8 +105,9 @@ TEST_CASE("batch normalisation divides the truncated IS weights by their mean pe
   CHECK_FALSE(plain.metrics.contains("rollout_corr/rollout_is_batch_norm_factor"));
 }
 
-TEST_CASE("rejection sampling and the veto refuse an unknown level, bad bounds and mismatched shapes, naming "
-          "the key") {
+TEST_CASE(
+    "rejection sampling and the veto refuse an unknown level, bad bounds and mismatched shapes, naming "
+    "the key") {
   const auto b = ratios_batch();
   CHECK_THROWS_WITH(compute_rollout_rejection_mask(b.old_lp, b.rollout_lp, b.mask, {.level = "median"}),
                     Catch::Contains("rollout_rs") && Catch::Contains("median"));

@@ -1,6 +1,7 @@
-// The asynchronous trainer (trainer.v1.trainer_mode=separate_async) on the tiny model: a rollout
-// group of its own fed versioned weights, one-step-off and deeper pipelines, the drop and wait
-// strategies of max_off_policy_threshold, partial rollouts, dynamic sampling, and resuming
+// The asynchronous trainer on the tiny model: separate_async (a rollout group of its own fed
+// versioned weights, published every parameter_sync_step steps) and colocate_async (the trainer's
+// own actor group generating the next batches), one-step-off and deeper pipelines, the drop and
+// wait strategies of max_off_policy_threshold, partial rollouts, dynamic sampling, and resuming
 // without losing or repeating prompts or steps.
 #include "ppo_test_fixture.hpp"
 
@@ -30,6 +31,18 @@ Config async_config(const fs::path& out, int64_t warmup_batches, int64_t thresho
   c.set("trainer.v1.sampler.max_off_policy_threshold", std::to_string(threshold));
   c.set("trainer.v1.sampler.max_off_policy_strategy", strategy);
   c.set("actor_rollout_ref.rollout.n_gpus_per_node", "1");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  return c;
+}
+
+/// small_config in colocate_async mode: the 2 trainer workers generate warmup_batches ahead.
+Config colocated_config(const fs::path& out, int64_t warmup_batches, int64_t threshold, const std::string& strategy) {
+  Config c = small_config("grpo", out);
+  c.set("trainer.v1.trainer_mode", "colocate_async");
+  c.set("trainer.v1.colocate_async.num_warmup_batches", std::to_string(warmup_batches));
+  c.set("trainer.v1.sampler.max_off_policy_threshold", std::to_string(threshold));
+  c.set("trainer.v1.sampler.max_off_policy_strategy", strategy);
   c.set("trainer.val_before_train", "false");
   c.set("trainer.test_freq", "-1");
   return c;
@@ -274,8 +287,8 @@ TEST_CASE("config/grpo_arithmetic_async.ini reads: one-step-off on separate work
 TEST_CASE("separate_async config errors name the key") {
   TempDir out("async_errors");
   Config mode = small_config("grpo", out.path);
-  mode.set("trainer.v1.trainer_mode", "colocate_async");
-  CHECK_THROWS_WITH(PPOTrainer(mode), Catch::Contains("trainer.v1.trainer_mode") && Catch::Contains("colocate_async"));
+  mode.set("trainer.v1.trainer_mode", "fully_async");
+  CHECK_THROWS_WITH(PPOTrainer(mode), Catch::Contains("trainer.v1.trainer_mode") && Catch::Contains("fully_async"));
   Config strategy = async_config(out.path, 1, 1, "evict");
   CHECK_THROWS_WITH(PPOTrainer(strategy), Catch::Contains("max_off_policy_strategy"));
   Config remax = async_config(out.path, 1, 1, "drop");
@@ -285,4 +298,123 @@ TEST_CASE("separate_async config errors name the key") {
   segments.set("async_training.partial_rollout", "true");
   segments.set("async_training.partial_rollout_segments", "5");
   CHECK_THROWS_WITH(PPOTrainer(segments), Catch::Contains("async_training.partial_rollout_segments"));
+}
+
+TEST_CASE("parameter_sync_step 2: the rollout group gets versions 0, 2, 4 and trains on rows 0, 1, 2, 1 versions "
+          "old; the weights are published only on sync steps") {
+  TempDir out("async_sync2");
+  Config c = async_config(out.path, 1, 8, "drop");
+  c.set("trainer.v1.separate_async.parameter_sync_step", "2");
+  c.set("trainer.total_training_steps", "4");
+  const auto h = run(c);
+  REQUIRE(h.size() == 4);
+  // step 3 trains batch 2, launched during step 2 before version 2 was published
+  CHECK(series(h, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 2, 1});
+  CHECK(series(h, "training/off_policy/trajectory_spans/max") == std::vector<double>{1, 1, 1, 1});
+  CHECK(series(h, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0, 0});
+  for (size_t i = 0; i < h.size(); ++i) CHECK(h[i].contains("timing_s/update_weights") == ((i + 1) % 2 == 0));
+}
+
+TEST_CASE("parameter_sync_step 2 with threshold 1: drop discards the batch that fell 2 versions behind, wait "
+          "holds generation back until the next sync") {
+  TempDir a("async_sync2_drop"), b("async_sync2_wait");
+  Config drop = async_config(a.path, 1, 1, "drop");
+  drop.set("trainer.v1.separate_async.parameter_sync_step", "2");
+  drop.set("trainer.total_training_steps", "4");
+  const auto hd = run(drop);
+  REQUIRE(hd.size() == 4);
+  CHECK(series(hd, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 8, 0});
+  CHECK(series(hd, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 0, 1});
+
+  Config wait = async_config(b.path, 1, 1, "wait");
+  wait.set("trainer.v1.separate_async.parameter_sync_step", "2");
+  wait.set("trainer.total_training_steps", "4");
+  const auto hw = run(wait);
+  REQUIRE(hw.size() == 4);
+  CHECK(series(hw, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0, 0});
+  CHECK(series(hw, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 0, 1});
+
+  // wait cannot keep a bound below parameter_sync_step - 1: the weights lag that much before a sync
+  Config too_rare = async_config(b.path, 1, 1, "wait");
+  too_rare.set("trainer.v1.separate_async.parameter_sync_step", "3");
+  CHECK_THROWS_WITH(PPOTrainer(too_rare), Catch::Contains("trainer.v1.separate_async.parameter_sync_step") &&
+                                              Catch::Contains("max_off_policy_threshold"));
+}
+
+TEST_CASE("colocate_async (1 batch ahead): the trainer's own workers generate the next batch, which trains one "
+          "version old, deterministically") {
+  TempDir out("colocated_one_step");
+  const auto h = run(colocated_config(out.path, 1, 8, "drop"));
+  REQUIRE(h.size() == 3);
+  CHECK(series(h, "training/off_policy/trajectory_staleness/max") == std::vector<double>{0, 1, 1});
+  CHECK(series(h, "training/off_policy/trajectory_staleness_worst/min") == std::vector<double>{0, 1, 1});
+  CHECK(series(h, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0});
+  for (const auto& m : h) {
+    CHECK_FALSE(m.contains("timing_s/update_weights"));  // nothing to publish: the actor holds the weights
+    for (const auto& [k, v] : m.items())
+      if (v.is_number()) CHECK(std::isfinite(v.get<double>()));
+  }
+  TempDir again("colocated_one_step_again");
+  const auto h2 = run(colocated_config(again.path, 1, 8, "drop"));
+  for (const char* key : {"actor/pg_loss", "critic/score/mean", "response_length/mean", "actor/entropy"})
+    CHECK(series(h2, key) == series(h, key));
+}
+
+TEST_CASE("colocate_async with 2 batches ahead: drop discards a batch 2 versions old under threshold 1, wait never "
+          "lets one get there") {
+  TempDir a("colocated_drop"), b("colocated_wait"), c2("colocated_k2");
+  Config k2 = colocated_config(c2.path, 2, 2, "drop");
+  k2.set("trainer.total_training_steps", "4");
+  const auto hk = run(k2);
+  CHECK(series(hk, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 2, 2});
+
+  Config drop = colocated_config(a.path, 2, 1, "drop");
+  drop.set("trainer.total_training_steps", "4");
+  const auto hd = run(drop);
+  REQUIRE(hd.size() == 4);
+  // step 3 finds batch 2 (generated on version 0 during step 1) two versions behind: 4 prompts x 2 samples
+  CHECK(series(hd, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 8, 0});
+  CHECK(series(hd, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 1, 1});
+
+  Config wait = colocated_config(b.path, 2, 1, "wait");
+  wait.set("trainer.total_training_steps", "4");
+  const auto hw = run(wait);
+  REQUIRE(hw.size() == 4);
+  CHECK(series(hw, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0, 0});
+  CHECK(series(hw, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 1, 1});
+}
+
+TEST_CASE("colocate_async resume: the batches generating at the checkpoint are generated again, no prompt lost or "
+          "repeated, no step counted twice") {
+  TempDir a("colocated_full"), b("colocated_resumed");
+  auto config = [](const fs::path& out, const char* steps) {
+    Config c = colocated_config(out, 2, 8, "drop");
+    c.set("trainer.total_training_steps", steps);
+    c.set("trainer.save_freq", "2");
+    return c;
+  };
+  const auto full = run(config(a.path, "4"));
+  REQUIRE(full.size() == 4);
+  run(config(b.path, "2"));
+  CHECK(data_state(b.path, 2).at("data_cursor") == 2);
+  const auto resumed = run(config(b.path, "4"));
+  REQUIRE(resumed.size() == 2);
+  CHECK(resumed[0].at("training/global_step") == 3);
+  require_same_prompts(resumed[0], full[2]);
+  require_same_prompts(resumed[1], full[3]);
+  // the resumed run starts a new pipeline: its first batch is generated with the checkpoint's weights
+  CHECK(resumed[0].at("training/off_policy/trajectory_staleness_worst/max") == 0);
+  CHECK(data_state(b.path, 4).at("data_cursor") == data_state(a.path, 4).at("data_cursor"));
+  CHECK(logged_steps(b.path / "metrics.jsonl") == std::vector<int64_t>{1, 2, 3, 4});
+}
+
+TEST_CASE("colocate_async config errors name the key") {
+  TempDir out("colocated_errors");
+  Config partial = colocated_config(out.path, 1, 8, "drop");
+  partial.set("async_training.partial_rollout", "true");
+  CHECK_THROWS_WITH(PPOTrainer(partial), Catch::Contains("async_training.partial_rollout") &&
+                                             Catch::Contains("colocate_async"));
+  Config remax = colocated_config(out.path, 1, 8, "drop");
+  remax.set("algorithm.adv_estimator", "remax");
+  CHECK_THROWS_WITH(PPOTrainer(remax), Catch::Contains("remax"));
 }

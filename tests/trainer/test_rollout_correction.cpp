@@ -102,3 +102,101 @@ TEST_CASE("the trainer weights one-step-off samples by rollout correction: rollo
   CHECK_THROWS_WITH(trainer::PPOTrainer(no_log_probs),
                     Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
 }
+
+TEST_CASE("the trainer rejects stale tokens and vetoes rows by rollout correction: response_mask shrinks on "
+          "off-policy steps only") {
+  TempDir out("rollout_rs");
+  Config c = small_config("grpo", out.path);
+  c.set("trainer.v1.trainer_mode", "separate_async");
+  c.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  c.set("algorithm.rollout_correction.rollout_rs", "token");
+  c.set("algorithm.rollout_correction.rollout_rs_threshold", "1.5");
+  c.set("algorithm.rollout_correction.rollout_token_veto_threshold", "0.5");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  trainer::PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  const auto& h = t.history();
+  REQUIRE(h.size() == 3);
+  // step 1: the same version generated and trains (ratios 1 up to float rounding): nothing rejected
+  CHECK(h[0].at("rollout_corr/rollout_rs_masked_fraction").get<double>() == 0.0);
+  CHECK(h[0].at("rollout_corr/rollout_is_veto_fraction").get<double>() == 0.0);
+  // steps 2 and 3: one version apart at lr 1e-2 the token ratios spread over about 0.06..2.2: some leave
+  // [1/1.5, 1.5], some rows hold one below 0.5, not all
+  for (size_t i = 1; i < 3; ++i) {
+    CHECK(h[i].at("rollout_corr/rollout_rs_masked_fraction").get<double>() > 0.0);
+    CHECK(h[i].at("rollout_corr/rollout_rs_masked_fraction").get<double>() < 1.0);
+    CHECK(h[i].at("rollout_corr/rollout_is_veto_fraction").get<double>() > 0.0);
+    CHECK(h[i].at("rollout_corr/rollout_is_veto_fraction").get<double>() < 1.0);
+    CHECK(std::isfinite(h[i].at("actor/pg_loss").get<double>()));
+  }
+  CHECK_FALSE(h[0].contains("rollout_corr/rollout_is_mean"));  // rollout_is stays off
+}
+
+TEST_CASE("bypass mode takes the rollout's log-probs as old_log_probs: no recompute, the same samples and "
+          "rewards as the decoupled loop") {
+  TempDir a("bypass"), b("decoupled");
+  auto config = [](const fs::path& out, bool bypass) {
+    Config c = small_config("grpo", out);
+    c.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+    c.set("algorithm.rollout_correction.bypass_mode", bypass ? "true" : "false");
+    c.set("trainer.total_training_steps", "1");
+    c.set("trainer.val_before_train", "false");
+    c.set("trainer.test_freq", "-1");
+    return c;
+  };
+  trainer::PPOTrainer bypass(config(a.path, true)), decoupled(config(b.path, false));
+  bypass.init_workers();
+  decoupled.init_workers();
+  bypass.fit();
+  decoupled.fit();
+  const auto& mb = bypass.history().at(0);
+  const auto& md = decoupled.history().at(0);
+  CHECK_FALSE(mb.contains("timing_s/old_log_prob"));
+  CHECK_FALSE(mb.contains("actor/entropy"));
+  CHECK(md.contains("timing_s/old_log_prob"));
+  CHECK(mb.at("critic/score/mean") == md.at("critic/score/mean"));
+  CHECK(mb.at("response_length/mean") == md.at("response_length/mean"));
+  // the first mini-batch's ratio starts at 1 either way: the rollout's log-probs equal the actor's to rounding
+  CHECK(mb.at("actor/pg_loss").get<double>() == Approx(md.at("actor/pg_loss").get<double>()).margin(1e-4));
+}
+
+TEST_CASE("rollout correction config errors name the key; verl keys hyflow lacks stay unknown") {
+  TempDir out("rollout_corr_errors");
+  Config rs = small_config("grpo", out.path);
+  rs.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  rs.set("algorithm.rollout_correction.rollout_rs", "token");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(rs), Catch::Contains("algorithm.rollout_correction.rollout_rs_threshold"));
+  rs.set("algorithm.rollout_correction.rollout_rs_threshold", "2");
+  rs.set("algorithm.rollout_correction.rollout_rs", "seq_mean_k3");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(rs), Catch::Contains("rollout_rs") && Catch::Contains("seq_mean_k3"));
+  rs.set("algorithm.rollout_correction.rollout_rs", "geometric");
+  rs.set("algorithm.rollout_correction.rollout_rs_threshold_lower", "3");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(rs), Catch::Contains("rollout_rs_threshold_lower"));
+
+  Config veto = small_config("grpo", out.path);
+  veto.set("algorithm.rollout_correction.rollout_token_veto_threshold", "1e-4");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(veto), Catch::Contains("rollout_token_veto_threshold") &&
+                                                   Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
+
+  Config bypass = small_config("grpo", out.path);
+  bypass.set("algorithm.rollout_correction.bypass_mode", "true");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(bypass), Catch::Contains("bypass_mode") &&
+                                                     Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
+  bypass.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  bypass.set("algorithm.rollout_correction.rollout_is", "token");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(bypass), Catch::Contains("bypass_mode") && Catch::Contains("rollout_is"));
+
+  Config unknown;
+  CHECK_THROWS_AS(unknown.set("algorithm.rollout_correction.loss_type", "reinforce"), KeyError);
+
+  // a veto above every ratio rejects the whole batch: the step fails saying so instead of training on nothing
+  Config everything = small_config("grpo", out.path);
+  everything.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  everything.set("algorithm.rollout_correction.rollout_token_veto_threshold", "2");
+  everything.set("trainer.val_before_train", "false");
+  trainer::PPOTrainer t(everything);
+  t.init_workers();
+  CHECK_THROWS_WITH(t.fit(), Catch::Contains("rejected every response token") && Catch::Contains("loosen"));
+}
