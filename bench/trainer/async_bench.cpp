@@ -3,7 +3,8 @@
 // tokens/s of one-step-off and of bounded staleness (K = 2), with rollout and training on separate
 // ranks (1 trainer worker, 1 rollout worker), against the synchronous loop on the same separate
 // ranks (threshold 0 with the wait strategy: generate, then train, no overlap). The colocated sync
-// loop of the main job (2 workers doing both) is reported against the same peer. The modes take
+// loop of the main job (2 workers doing both) and colocate_async (the same 2 workers, the next batch
+// generating while the controller scores and prepares this one) are reported against the same peer. The modes take
 // turns for 3 rounds and each reports its median round, since the machine's load drifts.
 // With CURVE_STEPS, every mode then trains CURVE_STEPS steps with greedy validation every 50
 // steps, and the validation accuracy of each mode is printed against the sync loop's at the same
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
       {"one-step-off", separate(1, 1, "wait")},
       {"bounded staleness K=2", separate(2, 2, "wait")},
       {"sync (colocated, 2 workers)", {}},
+      {"colocate_async one-step-off (2 workers)",
+       {"--trainer.v1.trainer_mode=colocate_async", "--trainer.v1.colocate_async.num_warmup_batches=1",
+        "--trainer.v1.sampler.max_off_policy_threshold=1", "--trainer.v1.sampler.max_off_policy_strategy=wait"}},
   };
   const std::string peer = "hyflow sync loop, separate ranks";
   // The machine's load drifts: the modes take turns, 3 rounds, and each keeps its median round.

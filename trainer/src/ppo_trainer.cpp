@@ -706,6 +706,9 @@ std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) 
       dropped += rows.size();  // all its groups started on that version
       continue;
     }
+    // colocate_async: the next batches go to the workers now, so their generation overlaps this
+    // batch's scoring and preparation on the controller (and queues before this step's calls)
+    if (colocate_async && global_step < total_steps) top_up(global_step, /*popped_this_step=*/true);
     score(rows, m);
     if (!sampler) {
       batch = std::move(rows);
@@ -718,9 +721,8 @@ std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) 
       break;
     }
   }
-  // the next batches generate while this one trains (colocate_async: on the same workers, queued
-  // before this step's calls; none after the last step)
-  if (!(colocate_async && global_step == total_steps)) top_up(global_step, /*popped_this_step=*/true);
+  // separate_async: the next batches generate while this one trains
+  if (separate_async) top_up(global_step, /*popped_this_step=*/true);
   m["training/off_policy/dropped_trajectories"] = dropped;
   m.update(off_policy_metrics(batch, trained_version));
   balance_and_count(batch, m);

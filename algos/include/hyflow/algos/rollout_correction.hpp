@@ -25,8 +25,8 @@ struct RolloutIsOptions {
 };
 
 struct RolloutIsOutput {
-  at::Tensor weights;       ///< (B, T) float: truncated weights, 0 on padding
-  nlohmann::json metrics;   ///< rollout_corr/* (see compute_rollout_is_weights)
+  at::Tensor weights;      ///< (B, T) float: truncated weights, 0 on padding
+  nlohmann::json metrics;  ///< rollout_corr/* (see compute_rollout_is_weights)
 };
 
 /// The weights and verl's metrics: rollout_corr/rollout_is_{mean,std,min,max} (over valid tokens
