@@ -418,3 +418,64 @@ TEST_CASE("colocate_async config errors name the key") {
   remax.set("algorithm.adv_estimator", "remax");
   CHECK_THROWS_WITH(PPOTrainer(remax), Catch::Contains("remax"));
 }
+
+TEST_CASE("the replay buffer (max_requeues 1) generates batches dropped as stale again on newer weights; a "
+          "checkpoint keeps them, so after resume each is trained once") {
+  TempDir a("replay_full"), b("replay_resumed");
+  auto config = [](const fs::path& out, const char* steps) {
+    Config c = async_config(out, 3, 1, "drop");
+    c.set("trainer.v1.sampler.max_requeues", "1");
+    c.set("trainer.total_training_steps", steps);
+    c.set("trainer.save_freq", "3");
+    return c;
+  };
+  const auto full = run(config(a.path, "4"));
+  REQUIRE(full.size() == 4);
+  // step 3 drops batches 2 and 3 (version 0, two behind) and requeues their 2 x 4 prompts; they generate
+  // again on version 2, so step 4 trains batch 2's prompts one version old
+  CHECK(series(full, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 16, 0});
+  CHECK(series(full, "training/off_policy/requeued_groups") == std::vector<double>{0, 0, 8, 0});
+  CHECK(full[2].at("training/off_policy/replay_buffer_groups") == 8);
+  CHECK(full[3].at("training/off_policy/replay_buffer_groups") == 4);  // batch 3's prompts still generating
+  CHECK(series(full, "training/off_policy/trajectory_staleness_worst/max") == std::vector<double>{0, 1, 1, 1});
+  const auto saved = data_state(a.path, 3);
+  REQUIRE(saved.at("replay_buffer").size() == 2);
+  CHECK(saved.at("replay_buffer")[0].at("origin") == "b2");
+  CHECK(saved.at("replay_buffer")[1].at("origin") == "b3");
+  CHECK(saved.at("replay_buffer")[0].at("times") == 1);
+  CHECK(saved.at("data_cursor") == 5);  // batches 0..4 taken (trained or dropped)
+
+  run(config(b.path, "3"));
+  CHECK(data_state(b.path, 3) == saved);
+  const auto resumed = run(config(b.path, "4"));
+  REQUIRE(resumed.size() == 1);
+  require_same_prompts(resumed[0], full[3]);  // batch 2's prompts, trained once
+  CHECK(data_state(b.path, 4).at("replay_buffer") == data_state(a.path, 4).at("replay_buffer"));
+  CHECK(data_state(b.path, 4).at("data_cursor") == data_state(a.path, 4).at("data_cursor"));
+
+  // without the buffer dropped groups are used up: no requeue metrics, no buffer in the checkpoint
+  TempDir c("replay_off");
+  Config off = config(c.path, "3");
+  off.set("trainer.v1.sampler.max_requeues", "0");
+  const auto h = run(off);
+  CHECK_FALSE(h[2].contains("training/off_policy/requeued_groups"));
+  CHECK_FALSE(data_state(c.path, 3).contains("replay_buffer"));
+}
+
+TEST_CASE("the replay buffer requeues a prompt at most max_requeues times") {
+  // threshold 0 with 2 batches ahead under drop: every second batch is stale when taken
+  TempDir out("replay_bound");
+  Config c = async_config(out.path, 2, 0, "drop");
+  c.set("trainer.v1.sampler.max_requeues", "1");
+  c.set("trainer.total_training_steps", "4");
+  const auto h = run(c);
+  REQUIRE(h.size() == 4);
+  double requeued = 0, dropped_prompts = 0;
+  for (const auto& m : h) {
+    requeued += m.at("training/off_policy/requeued_groups").get<double>();
+    dropped_prompts += m.at("training/off_policy/dropped_trajectories").get<double>() / 2;  // rollout.n = 2
+    CHECK(m.at("training/off_policy/trajectory_staleness_worst/max") == 0);
+  }
+  CHECK(requeued > 0);
+  CHECK(dropped_prompts > requeued);  // a requeued batch dropped again is not requeued a second time
+}

@@ -79,6 +79,9 @@ std::vector<ConfigKey> make_ppo_keys() {
                "colocate_async, separate_async: most weight versions a trajectory may lag the trained policy"),
       key("trainer.v1.sampler.max_off_policy_strategy", T::string, "drop",
           "async modes, beyond the threshold: drop (discard the prompt group) | wait (hold generation back)"),
+      at_least(0, "trainer.v1.sampler.max_requeues", 0,
+               "async modes with drop: generate a dropped prompt group again on newer weights, at most this often "
+               "per prompt (0: dropped groups are used up)"),
       key("async_training.partial_rollout", T::boolean, false,
           "separate_async: generate in segments; a weight update between them continues the rows on the new "
           "version"),

@@ -96,6 +96,36 @@ nlohmann::json read_trainer_state(const fs::path& file, int64_t step) {
   return state;
 }
 
+/// The replay buffer of a checkpoint's trainer state (absent: empty); FormatError naming the file.
+template <class Requeued>
+std::deque<Requeued> read_replay_buffer_as(const nlohmann::json& state, const fs::path& file) {
+  std::deque<Requeued> out;
+  if (!state.contains("replay_buffer")) return out;
+  const auto& list = state.at("replay_buffer");
+  auto bad = [&](size_t i) {
+    return FormatError(file.string() + ": replay_buffer[" + std::to_string(i) +
+                       "] is not {indices: [int], epoch: int, times: int, origin: string}");
+  };
+  if (!list.is_array()) throw FormatError(file.string() + ": replay_buffer is not a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& e = list[i];
+    if (!e.is_object() || !e.contains("indices") || !e.at("indices").is_array() || !e.contains("epoch") ||
+        !e.at("epoch").is_number_integer() || !e.contains("times") || !e.at("times").is_number_integer() ||
+        !e.contains("origin") || !e.at("origin").is_string())
+      throw bad(i);
+    Requeued r;
+    for (const auto& index : e.at("indices")) {
+      if (!index.is_number_integer()) throw bad(i);
+      r.indices.push_back(index.get<int64_t>());
+    }
+    r.epoch = e.at("epoch").get<int64_t>();
+    r.times = e.at("times").get<int64_t>();
+    r.origin = e.at("origin").get<std::string>();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 /// The first of `<path><suffix>`, `<path><suffix>.1`, ... that does not exist (nothing is overwritten).
 fs::path free_path(const fs::path& path, const std::string& suffix) {
   fs::path target = path.string() + suffix;
@@ -166,12 +196,32 @@ struct PPOTrainer::Impl {
   int64_t partial_segments = 1;
   int64_t rollout_world = 0;
   int64_t consumed_cursor = 0;  // data_cursor after the last generation batch taken off the queue
+  // trainer.v1.sampler.max_requeues: the replay buffer of prompt batches dropped as stale, generated
+  // again (before fresh data) on newer weights, each prompt at most max_requeues times
+  struct Requeued {
+    std::vector<int64_t> indices;  // dataset rows
+    int64_t epoch = 0;
+    int64_t times = 0;   // how often these prompts were requeued
+    std::string origin;  // the uid prefix of their first generation batch
+  };
+  int64_t max_requeues = 0;
+  std::deque<Requeued> requeue;
+  std::deque<Requeued> read_replay_buffer(const nlohmann::json& state, const fs::path& file) const {
+    auto out = read_replay_buffer_as<Requeued>(state, file);
+    for (const auto& r : out)
+      for (int64_t index : r.indices)
+        if (index < 0 || index >= train_data->size())
+          throw FormatError(file.string() + ": replay_buffer row " + std::to_string(index) +
+                            " is outside the training set (" + std::to_string(train_data->size()) + " rows)");
+    return out;
+  }
   struct InFlight {
     DataProto batch;  // the prompts' columns (not repeated), uid set
     int64_t epoch = 0;
     int64_t cursor_after = 0;
     int64_t version = 0;  // generation_version at launch (colocate_async stamps the rows with it)
     std::shared_future<DataProto> result;
+    Requeued prompts;  // what the batch holds, to requeue it if it is dropped
   };
   std::deque<InFlight> in_flight;
   std::optional<WorkerGroup> rollout_wg;         // declared after runtime: destroyed before it
@@ -206,6 +256,10 @@ struct PPOTrainer::Impl {
   /// only those that cannot lag more than max_off_policy_threshold versions when trained).
   /// `step` is the training step running now.
   void top_up(int64_t step, bool popped_this_step);
+  /// Prompt groups requeued and not yet trained: those waiting and those generating again.
+  int64_t replay_buffer_groups() const;
+  /// The replay buffer as a checkpoint records it (what a resumed run generates before fresh data).
+  nlohmann::json replay_buffer_state() const;
   /// colocate_async: the batch's generation as a non-blocking call on the trainer's actor group.
   std::shared_future<DataProto> generate_colocated(DataProto gen_batch);
   /// The weights after the update of `step`: published to the rollout group (separate_async, every
@@ -334,6 +388,7 @@ void PPOTrainer::Impl::setup() {
       throw ValueError("config key 'trainer.v1.sampler.max_off_policy_strategy': '" + strategy +
                        "' is not drop or wait");
     drop_stale = strategy == "drop";
+    max_requeues = c.get_int("trainer.v1.sampler.max_requeues");
     partial_rollout = c.get_bool("async_training.partial_rollout");
     if (partial_rollout && colocate_async)
       throw ValueError("config key 'async_training.partial_rollout' with trainer.v1.trainer_mode=colocate_async: the "
@@ -590,12 +645,21 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
 }
 
 void PPOTrainer::Impl::launch_generation() {
-  const int64_t batch_number = data_cursor;  // uids name the generation batch: it is trained at an unknown step
-  int64_t epoch = 0;
-  const auto indices = next_gen_batch(epoch);
-  if (!indices) throw Error("launch_generation: no training data left");  // top_up checks first
-  auto [batch, gen_batch] = prepare_generation(*indices, "b" + std::to_string(batch_number) + "-");
-  InFlight item{std::move(batch), epoch, data_cursor, generation_version, {}};
+  Requeued prompts;
+  if (!requeue.empty()) {  // the replay buffer goes first; it takes no fresh data
+    prompts = std::move(requeue.front());
+    requeue.pop_front();
+  } else {
+    // uids name the generation batch: it is trained at an unknown step
+    prompts.origin = "b" + std::to_string(data_cursor);
+    const auto indices = next_gen_batch(prompts.epoch);
+    if (!indices) throw Error("launch_generation: no training data left");  // top_up checks first
+    prompts.indices = *indices;
+  }
+  const std::string uid_prefix =
+      prompts.origin + (prompts.times > 0 ? "-r" + std::to_string(prompts.times) : std::string()) + "-";
+  auto [batch, gen_batch] = prepare_generation(prompts.indices, uid_prefix);
+  InFlight item{std::move(batch), prompts.epoch, data_cursor, generation_version, {}, std::move(prompts)};
   if (colocate_async) {
     item.result = generate_colocated(std::move(gen_batch));
     in_flight.push_back(std::move(item));
@@ -605,6 +669,27 @@ void PPOTrainer::Impl::launch_generation() {
   item.result = promise->get_future().share();
   in_flight.push_back(std::move(item));
   submit_segment(std::move(promise), std::move(gen_batch), 0);
+}
+
+int64_t PPOTrainer::Impl::replay_buffer_groups() const {
+  int64_t groups = 0;
+  for (const auto& item : in_flight)
+    if (item.prompts.times > 0) groups += static_cast<int64_t>(item.prompts.indices.size());
+  for (const auto& r : requeue) groups += static_cast<int64_t>(r.indices.size());
+  return groups;
+}
+
+nlohmann::json PPOTrainer::Impl::replay_buffer_state() const {
+  // Batches still generating are not consumed (the resumed run generates them again): the requeued
+  // ones among them come first, in launch order, then those waiting.
+  nlohmann::json out = nlohmann::json::array();
+  auto add = [&](const Requeued& r) {
+    out.push_back({{"indices", r.indices}, {"epoch", r.epoch}, {"times", r.times}, {"origin", r.origin}});
+  };
+  for (const auto& item : in_flight)
+    if (item.prompts.times > 0) add(item.prompts);
+  for (const auto& r : requeue) add(r);
+  return out;
 }
 
 std::shared_future<DataProto> PPOTrainer::Impl::generate_colocated(DataProto gen_batch) {
@@ -646,7 +731,8 @@ void PPOTrainer::Impl::submit_segment(std::shared_ptr<std::promise<DataProto>> p
 }
 
 void PPOTrainer::Impl::top_up(int64_t step, bool popped_this_step) {
-  while (static_cast<int64_t>(in_flight.size()) < num_warmup_batches && (!data_budget || data_cursor < *data_budget)) {
+  while (static_cast<int64_t>(in_flight.size()) < num_warmup_batches &&
+         (!requeue.empty() || !data_budget || data_cursor < *data_budget)) {
     // A batch launched now runs on generation_version; each step takes at least one batch, so at
     // queue position q it is trained at the latest by step `step + q` (+1 once this step took its
     // batch), whose update starts from version step + q - 1 (+1).
@@ -676,7 +762,7 @@ std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) 
   const int64_t trained_version = global_step - 1;  // the version this step's update starts from
   std::optional<DynamicSampler> sampler;
   if (filter_groups) sampler.emplace(train_batch_size, n, max_num_gen_batches);
-  int64_t dropped = 0, epoch = 0;
+  int64_t dropped = 0, requeued = 0, epoch = 0;
   DataProto batch;
   for (;;) {
     top_up(global_step, /*popped_this_step=*/false);
@@ -704,6 +790,11 @@ std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) 
                     " versions under the wait strategy (max_off_policy_threshold " +
                     std::to_string(max_off_policy_threshold) + ")");
       dropped += rows.size();  // all its groups started on that version
+      if (item.prompts.times < max_requeues) {  // the replay buffer: generate them again on newer weights
+        requeued += static_cast<int64_t>(item.prompts.indices.size());
+        ++item.prompts.times;
+        requeue.push_back(std::move(item.prompts));
+      }
       continue;
     }
     // colocate_async: the next batches go to the workers now, so their generation overlaps this
@@ -724,6 +815,10 @@ std::optional<nlohmann::json> PPOTrainer::Impl::async_step(int64_t global_step) 
   // separate_async: the next batches generate while this one trains
   if (separate_async) top_up(global_step, /*popped_this_step=*/true);
   m["training/off_policy/dropped_trajectories"] = dropped;
+  if (max_requeues > 0) {
+    m["training/off_policy/requeued_groups"] = requeued;
+    m["training/off_policy/replay_buffer_groups"] = replay_buffer_groups();
+  }
   m.update(off_policy_metrics(batch, trained_version));
   balance_and_count(batch, m);
   return train(batch, global_step, epoch, std::move(m), step_start,
@@ -949,6 +1044,7 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
       {"data_cursor", async_mode() ? consumed_cursor : data_cursor},
       {"gen_batch_size", gen_batch_size}};
   if (kl_ctrl) state["kl_coef"] = kl_ctrl->value;
+  if (max_requeues > 0) state["replay_buffer"] = replay_buffer_state();
   write_text_atomically(tmp / "data.json", state.dump(2));
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);  // the folder appears complete or not at all
@@ -1004,6 +1100,7 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
     data_cursor = state.at("data_cursor").get<int64_t>();
   }
   consumed_cursor = data_cursor;
+  requeue = read_replay_buffer(state, dir / "data.json");
   if (state.contains("gen_batch_size") && state.at("gen_batch_size") != gen_batch_size)
     throw ValueError("config key 'data.gen_batch_size' (" + std::to_string(gen_batch_size) + ") differs from " +
                      state.at("gen_batch_size").dump() + " of the checkpoint " + dir.string() +
