@@ -86,8 +86,11 @@ class ActorRolloutRefWorker : public Worker {
   /// Partial rollout: continues a rollout batch (from generate_sequences, possibly already
   /// continued) by meta_info["response_length"] more tokens with this worker's current weights.
   /// Rows that ended (EOS, or a response_mask that stops early) are padded; the others keep
-  /// their tokens and rollout_log_probs and go on. min/max_weight_version span the versions
-  /// that produced each row. Needs the rollout role and rollout.calculate_log_probs.
+  /// their tokens and rollout_log_probs and go on; the new tokens' rollout_log_probs are scored
+  /// with the current weights as generate_sequences scores (so each segment has the log-probs of
+  /// the version that generated it). A sharded policy is gathered as for generate_sequences (same
+  /// meta_info handoff figures). min/max_weight_version span the versions that produced each row.
+  /// Needs the rollout role and rollout.calculate_log_probs.
   /// DP_COMPUTE_PROTO.
   DataProto continue_sequences(DataProto partial);
 
