@@ -122,8 +122,10 @@ bool decode_engine_applies(const CausalLM& model, const DataProto& prompts) {
 }
 
 // The rollout batch of generate_inference, from the decode engine: each row's real prompt
-// tokens (mask 1) with their position ids form one request of n samples.
-DataProto generate_decode(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+// tokens (mask 1) with their position ids form one request of n samples. `engine`: a long-lived
+// engine on `model`; null: a fresh one for this call.
+DataProto generate_decode(CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+                          DecodeEngine* engine) {
   const auto& config = model->config();
   DecodeSampling sampling{.sampling = options.sampling,
                           .seed = options.seed,
@@ -153,8 +155,9 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
     req.max_new_tokens = R;
     req.first_row_id = b * n;
   }
-  DecodeEngine engine(model, options.decode);
-  const auto samples = engine.run(requests, sampling);
+  std::optional<DecodeEngine> fresh;
+  if (!engine) engine = &fresh.emplace(model, options.decode);
+  const auto samples = engine->run(requests, sampling);
 
   const int64_t N = B * n;
   auto responses = torch::full({N, R}, pad_id, torch::kLong);
@@ -180,13 +183,12 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
                        options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
 }
 
-}  // namespace
-
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+DataProto generate_with(CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+                        DecodeEngine* engine) {
   check_prompts(prompts, options);
   DataProto out;
   if (options.engine == GenerationEngine::kDecode && decode_engine_applies(model, prompts)) {
-    out = generate_decode(model, prompts, options);
+    out = generate_decode(model, prompts, options, engine);
     return out;  // built outside inference mode: ordinary tensors
   }
   {
@@ -198,6 +200,16 @@ DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOp
   // these ids): hand back ordinary copies.
   for (const auto& key : out.batch.keys()) out.batch.set(key, out.batch.at(key).clone());
   return out;
+}
+
+}  // namespace
+
+DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+  return generate_with(model, prompts, options, nullptr);
+}
+
+DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options, DecodeEngine& engine) {
+  return generate_with(model, prompts, options, &engine);
 }
 
 }  // namespace hyflow::models

@@ -227,3 +227,47 @@ TEST_CASE("an inference context caches keys and values and packs each linear wei
     CHECK_THROWS_AS(model->forward(ids.narrow(1, 0, 1), {}, {}, &context), ShapeError);  // capacity 6 is full
   }
 }
+
+TEST_CASE(
+    "generate with a kept DecodeEngine gives a fresh engine's rollout and repacks only the weights that changed") {
+  torch::manual_seed(19);
+  CausalLM model(small_config());
+  DecodeEngine engine(model);
+  for (const bool sampled : {false, true}) {
+    CAPTURE(sampled);
+    GenerationOptions options{.max_new_tokens = 6,
+                              .n = 2,
+                              .do_sample = sampled,
+                              .seed = 5,
+                              .return_log_probs = true,
+                              .engine = GenerationEngine::kDecode};
+    auto same_as_fresh = [&](const DataProto& kept) {
+      const DataProto fresh = generate(model, prompt_batch(kPrompts), options);
+      for (const auto& key : fresh.batch.keys()) {
+        CAPTURE(key);
+        CHECK(torch::equal(kept.batch.at(key), fresh.batch.at(key)));
+      }
+    };
+    const DataProto first = generate(model, prompt_batch(kPrompts), options, engine);
+    same_as_fresh(first);
+    const DataProto again = generate(model, prompt_batch(kPrompts), options, engine);
+    CHECK(engine.stats().packed_weights == 0);  // nothing changed, nothing repacked
+    CHECK(torch::equal(again.batch.at("responses"), first.batch.at("responses")));
+
+    {  // an update of one layer's weights (as an optimizer step: in place, version counter bumped)
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->model->layers[0]->parameters()) p.mul_(-1.5);
+    }
+    const DataProto updated = generate(model, prompt_batch(kPrompts), options, engine);
+    CHECK(engine.stats().packed_weights == 7);  // q, k, v, o, gate, up, down of that layer
+    CHECK_FALSE(torch::equal(updated.batch.at("rollout_log_probs"), first.batch.at("rollout_log_probs")));
+    same_as_fresh(updated);
+  }
+  // prompts the engine cannot take (the last column padding) run the reference path without it
+  engine.drop_packed_weights();
+  auto right_padded = prompt_batch({{5, 6}, {7}});
+  right_padded.batch.set("attention_mask", torch::tensor({{1, 1}, {1, 0}}, torch::kLong));
+  generate(model, right_padded,
+           GenerationOptions{.max_new_tokens = 2, .do_sample = false, .engine = GenerationEngine::kDecode}, engine);
+  CHECK(engine.packed_bytes() == 0);
+}

@@ -7,8 +7,8 @@
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/generation.hpp>
 #include <hyflow/models/response_scores.hpp>
-#include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
+#include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/sharded_optimizer.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
@@ -89,7 +89,7 @@ void ActorRolloutRefWorker::require_initialized(const char* method) const {
 }
 
 models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataProto& prompts,
-                                                                   const std::string& method) {
+                                                                    const std::string& method) {
   const auto& r = config_.rollout;
   bool do_sample = r.do_sample;
   double temperature = r.temperature, top_p = r.top_p;
@@ -123,6 +123,72 @@ models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataPr
   return options;
 }
 
+DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has_rows,
+                                                models::GenerationOptions options, Handoff& handoff) {
+  options.return_log_probs = false;  // the engine chooses the tokens; rollout_log_probs scores them
+  // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
+  // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
+  // beyond what the engine held before (the whole model once gathered).
+  int64_t before = 0;
+  if (policy_fsdp_) {
+    before = policy_fsdp_->materialized_bytes();
+    policy_fsdp_->reset_peak();
+    const auto start = std::chrono::steady_clock::now();
+    policy_fsdp_->unshard_all();
+    handoff.reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  DataProto out;
+  if (has_rows) {
+    if (!decode_engine_ && options.engine == models::GenerationEngine::kDecode &&
+        models::DecodeEngine::supports(policy_))
+      decode_engine_ = std::make_unique<models::DecodeEngine>(policy_, options.decode);
+    out = decode_engine_ ? models::generate(policy_, input, options, *decode_engine_)
+                         : models::generate(policy_, input, options);
+  }
+  if (policy_fsdp_) {
+    handoff.peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
+    // The gather writes the parameters' storage without bumping their version counters, and a
+    // packed copy kept until the next rollout would hold a second full model on every rank,
+    // undoing the sharding: a sharded policy keeps only the engine's KV pool and scratch.
+    if (decode_engine_) decode_engine_->drop_packed_weights();
+    policy_fsdp_->reshard_all();
+  }
+  if (has_rows && device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
+  return out;
+}
+
+at::Tensor ActorRolloutRefWorker::rollout_log_probs(const DataProto& rollout, const models::GenerationOptions& options,
+                                                    const char* method) {
+  // compute_log_prob's own path (log_probs_of, rollout.log_prob batching, the sharded forward
+  // when sharded): for the same rows and weights the two agree bit for bit.
+  const double temperature = options.do_sample ? options.sampling.temperature : 1.0;
+  const auto& b = rollout.batch;
+  DataProto rows(TensorDict{{"input_ids", b.at("input_ids")},
+                            {"attention_mask", b.at("attention_mask")},
+                            {"position_ids", b.at("position_ids")},
+                            {"responses", b.at("responses")}},
+                 {}, Json{{"temperature", temperature}});
+  const at::Tensor lp =
+      log_probs_of(policy_, policy_fsdp_.get(), rows, config_.rollout.log_prob, /*with_entropy=*/false, method)
+          .batch.at("log_probs");
+  return lp.masked_fill(b.at("response_mask").eq(0), 0.0);
+}
+
+void ActorRolloutRefWorker::report_handoff(DataProto& out, Handoff handoff) {
+  // Equal on every rank (verl's reduce_timing averages; the peak is the largest rank's), so the
+  // parts concatenate: the plain meta_info keys of DP_COMPUTE_PROTO outputs must agree.
+  if (policy_fsdp_ && group_) {
+    auto time = torch::tensor({handoff.reshard_s}, torch::kDouble);
+    auto peak = torch::tensor({handoff.peak_extra}, torch::kLong);
+    group_->all_reduce(time, parallel::ReduceOp::sum);
+    group_->all_reduce(peak, parallel::ReduceOp::max);
+    handoff.reshard_s = time.item<double>() / world_size();
+    handoff.peak_extra = peak.item<int64_t>();
+  }
+  out.meta_info["timing"] = Json{{"reshard", handoff.reshard_s}};
+  out.meta_info["reshard_peak_extra_bytes"] = handoff.peak_extra;
+}
+
 DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   static const std::string method = "generate_sequences";
   if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
@@ -130,39 +196,23 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   require_keys(prompts, {"input_ids", "attention_mask"}, method);
   const models::GenerationOptions options = generation_options(prompts, method);
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
-                    prompts.non_tensor_batch, prompts.meta_info);
-  // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
-  // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
-  // beyond what the engine held before (the whole model once gathered).
-  double reshard_s = 0;
-  int64_t peak_extra = 0, before = 0;
-  if (policy_fsdp_) {
-    before = policy_fsdp_->materialized_bytes();
-    policy_fsdp_->reset_peak();
-    const auto start = std::chrono::steady_clock::now();
-    policy_fsdp_->unshard_all();
-    reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  DataProto out = models::generate(policy_, input, options);
-  if (policy_fsdp_) {
-    peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
-    policy_fsdp_->reshard_all();
-  }
-  if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
+                  prompts.non_tensor_batch, prompts.meta_info);
+  Handoff handoff;
+  DataProto out = policy_rollout(input, /*has_rows=*/true, options, handoff);
+  if (options.return_log_probs) out.batch.set("rollout_log_probs", rollout_log_probs(out, options, method.c_str()));
   stamp_weight_version(out);
-  // Equal on every rank (verl's reduce_timing averages; the peak is the largest rank's), so the
-  // parts concatenate: the plain meta_info keys of DP_COMPUTE_PROTO outputs must agree.
-  if (policy_fsdp_ && group_) {
-    auto time = torch::tensor({reshard_s}, torch::kDouble);
-    auto peak = torch::tensor({peak_extra}, torch::kLong);
-    group_->all_reduce(time, parallel::ReduceOp::sum);
-    group_->all_reduce(peak, parallel::ReduceOp::max);
-    reshard_s = time.item<double>() / world_size();
-    peak_extra = peak.item<int64_t>();
-  }
-  out.meta_info["timing"] = Json{{"reshard", reshard_s}};
-  out.meta_info["reshard_peak_extra_bytes"] = peak_extra;
+  report_handoff(out, handoff);
   return out;
+}
+
+Json ActorRolloutRefWorker::decode_stats() const {
+  if (!decode_engine_) return Json{{"engine", false}};
+  const auto& s = decode_engine_->stats();
+  return Json{{"engine", true},
+              {"packed_weights", s.packed_weights},
+              {"pack_s", s.pack_s},
+              {"packed_bytes", decode_engine_->packed_bytes()},
+              {"steps", s.steps}};
 }
 
 DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp,
@@ -231,6 +281,7 @@ void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
   detail::load_role_checkpoint(checkpoint_role(), dir);
+  if (decode_engine_) decode_engine_->drop_packed_weights();  // whatever path wrote the weights
 }
 
 std::string ActorRolloutRefWorker::parameter_digest() const {
@@ -243,13 +294,13 @@ void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t
   t.add("init_model", &ActorRolloutRefWorker::init_model, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("generate_sequences", &ActorRolloutRefWorker::generate_sequences, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("compute_log_prob", &ActorRolloutRefWorker::compute_log_prob, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
-  t.add("compute_ref_log_prob", &ActorRolloutRefWorker::compute_ref_log_prob,
-        {.dispatch = Dispatch::DP_COMPUTE_PROTO});
+  t.add("compute_ref_log_prob", &ActorRolloutRefWorker::compute_ref_log_prob, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("update_actor", &ActorRolloutRefWorker::update_actor, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("parameter_digest", &ActorRolloutRefWorker::parameter_digest, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("export_weights", &ActorRolloutRefWorker::export_weights, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("load_weights", &ActorRolloutRefWorker::load_weights, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("weight_version", &ActorRolloutRefWorker::weight_version, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("decode_stats", &ActorRolloutRefWorker::decode_stats, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("continue_sequences", &ActorRolloutRefWorker::continue_sequences, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("save_checkpoint", &ActorRolloutRefWorker::save_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("load_checkpoint", &ActorRolloutRefWorker::load_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});

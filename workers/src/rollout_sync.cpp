@@ -58,10 +58,16 @@ void ActorRolloutRefWorker::load_weights(DataProto weights) {
   models::NamedTensors tensors;
   for (const auto& [name, t] : weights.batch) tensors.emplace_back(name, t.select(0, 0));
   models::load_parameters(*policy_, tensors, method + " of weight version " + std::to_string(version));
+  // load_parameters copies in place (version counters bumped, so the engine would repack the
+  // changed weights by itself); every weight changes here anyway, and dropping does not depend on
+  // how the weights were written.
+  if (decode_engine_) decode_engine_->drop_packed_weights();
   weight_version_ = version;
 }
 
-int64_t ActorRolloutRefWorker::weight_version() const { return weight_version_.value_or(-1); }
+int64_t ActorRolloutRefWorker::weight_version() const {
+  return weight_version_.value_or(-1);
+}
 
 void ActorRolloutRefWorker::stamp_weight_version(DataProto& rollout) const {
   if (!weight_version_) return;
@@ -99,34 +105,41 @@ DataProto ActorRolloutRefWorker::continue_sequences(DataProto partial) {
   const int64_t pad = config.resolved_pad_token_id();
   at::Tensor more = torch::full({B, R2}, pad, responses.options());
   at::Tensor more_mask = torch::zeros({B, R2}, mask.options());
-  at::Tensor more_lp = torch::zeros({B, R2}, torch::kFloat);
+  // Every rank takes part (a sharded policy is gathered by all), also one without open rows.
+  DataProto input;
   if (rows.numel() > 0) {
     // the rows' prompt + response so far is their new (left-padded, contiguous) prompt
     TensorDict in{{"input_ids", b.at("input_ids").index_select(0, rows)},
                   {"attention_mask", b.at("attention_mask").index_select(0, rows)},
                   {"position_ids", b.at("position_ids").index_select(0, rows)}};
-    DataProto input = detail::on_device(DataProto(std::move(in)), {"input_ids", "attention_mask", "position_ids"},
-                                        device_);
-    DataProto out = models::generate(policy_, input, options);
-    if (device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
+    input = detail::on_device(DataProto(std::move(in)), {"input_ids", "attention_mask", "position_ids"}, device_);
+  }
+  Handoff handoff;
+  DataProto out = policy_rollout(input, rows.numel() > 0, options, handoff);
+  if (rows.numel() > 0) {
     more.index_copy_(0, rows, out.batch.at("responses").to(more.dtype()));
     more_mask.index_copy_(0, rows, out.batch.at("response_mask").to(more_mask.dtype()));
-    if (options.return_log_probs) more_lp.index_copy_(0, rows, out.batch.at("rollout_log_probs").to(torch::kFloat));
   }
 
   const at::Tensor all_responses = torch::cat({responses, more}, 1);
   const at::Tensor all_mask = torch::cat({mask, more_mask}, 1);
   const at::Tensor prompt_pos = b.at("position_ids").narrow(1, 0, P);
-  const at::Tensor response_pos = prompt_pos.select(1, P - 1).unsqueeze(1) +
-                                  torch::arange(1, R1 + R2 + 1, prompt_pos.options()).unsqueeze(0);
+  const at::Tensor response_pos =
+      prompt_pos.select(1, P - 1).unsqueeze(1) + torch::arange(1, R1 + R2 + 1, prompt_pos.options()).unsqueeze(0);
   DataProto result = partial;
   result.batch.set("responses", all_responses);
   result.batch.set("response_mask", all_mask);
   result.batch.set("input_ids", torch::cat({prompts, all_responses}, 1));
   result.batch.set("attention_mask", torch::cat({b.at("attention_mask").narrow(1, 0, P), all_mask}, 1));
   result.batch.set("position_ids", torch::cat({prompt_pos, response_pos}, 1));
-  if (options.return_log_probs)
-    result.batch.set("rollout_log_probs", torch::cat({b.at("rollout_log_probs").to(torch::kFloat), more_lp}, 1));
+  if (options.return_log_probs) {
+    // Each segment keeps the log-probs of the weights that generated it: the earlier columns as
+    // they were, the new ones scored now (the whole batch, a collective when sharded) with the
+    // current weights; ended rows have a 0 mask there, hence 0.
+    const at::Tensor now = rollout_log_probs(result, options, method.c_str());
+    result.batch.set("rollout_log_probs",
+                     torch::cat({b.at("rollout_log_probs").to(torch::kFloat), now.narrow(1, R1, R2)}, 1));
+  }
   if (weight_version_) {
     // continued rows now also come from this version; rows that had ended keep their span
     const at::Tensor now = torch::full({B}, *weight_version_, torch::kLong);
@@ -135,6 +148,7 @@ DataProto ActorRolloutRefWorker::continue_sequences(DataProto partial) {
     result.batch.set(kMinVersion, torch::where(open, torch::minimum(old_min, now), old_min));
     result.batch.set(kMaxVersion, torch::where(open, torch::maximum(old_max, now), old_max));
   }
+  report_handoff(result, handoff);
   return result;
 }
 

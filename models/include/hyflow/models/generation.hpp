@@ -47,4 +47,13 @@ struct GenerationOptions {
 /// deterministic for options.seed.
 DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options);
 
+/// generate() with a long-lived DecodeEngine: where GenerationEngine::kDecode applies, `engine`
+/// runs the rollout (its own DecodeEngineOptions; options.decode is not used), so the packed
+/// weights, the KV pool and the scratch buffers of earlier calls are reused and only the weights
+/// that changed since its last run are repacked (decode_engine.hpp: writes that bypass ATen need
+/// engine.drop_packed_weights() first). `engine` must have been built on `model`. The output is the
+/// one a fresh engine gives, bit for bit. Elsewhere (kReference, or prompts kDecode does not take)
+/// this is generate(model, prompts, options) and the engine is not touched.
+DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options, DecodeEngine& engine);
+
 }  // namespace hyflow::models

@@ -28,7 +28,6 @@ namespace detail {
 struct RoleCheckpoint;
 }  // namespace detail
 
-
 class ActorRolloutRefWorker : public Worker {
  public:
   /// Parses and checks the config (errors name the key); loads nothing yet.
@@ -42,7 +41,10 @@ class ActorRolloutRefWorker : public Worker {
   /// Left-padded prompts (input_ids, attention_mask, position_ids) -> rollout batch
   /// (prompts, responses, input_ids, attention_mask, position_ids, response_mask,
   /// rollout_log_probs when rollout.calculate_log_probs). meta_info may override do_sample,
-  /// validate (use val_kwargs), temperature, top_p, top_k, response_length. DP_COMPUTE_PROTO.
+  /// validate (use val_kwargs), temperature, top_p, top_k, response_length. The tokens come from
+  /// the worker's long-lived decode engine; rollout_log_probs from the actor's own scoring
+  /// (compute_log_prob's function and micro-batching at the sampling temperature, 1 for greedy; 0 on
+  /// padding), so they equal compute_log_prob's old_log_probs for the same weights. DP_COMPUTE_PROTO.
   DataProto generate_sequences(DataProto prompts);
 
   /// {"old_log_probs", "entropys"} (B, R) of the current policy; meta_info["temperature"]
@@ -84,10 +86,20 @@ class ActorRolloutRefWorker : public Worker {
   /// Partial rollout: continues a rollout batch (from generate_sequences, possibly already
   /// continued) by meta_info["response_length"] more tokens with this worker's current weights.
   /// Rows that ended (EOS, or a response_mask that stops early) are padded; the others keep
-  /// their tokens and rollout_log_probs and go on. min/max_weight_version span the versions
-  /// that produced each row. Needs the rollout role and rollout.calculate_log_probs.
+  /// their tokens and rollout_log_probs and go on; the new tokens' rollout_log_probs are scored
+  /// with the current weights as generate_sequences scores (so each segment has the log-probs of
+  /// the version that generated it). A sharded policy is gathered as for generate_sequences (same
+  /// meta_info handoff figures). min/max_weight_version span the versions that produced each row.
+  /// Needs the rollout role and rollout.calculate_log_probs.
   /// DP_COMPUTE_PROTO.
   DataProto continue_sequences(DataProto partial);
+
+  /// The policy's decode engine on this rank: {"engine": false} before the first rollout that
+  /// used one, else {"engine": true, "packed_weights" (weights packed by the last run: those that
+  /// changed), "pack_s", "packed_bytes" (the packed copy held now: 0 for a sharded policy, whose
+  /// packed weights are dropped after every rollout), "steps" (forward passes of the last run)}.
+  /// ONE_TO_ALL.
+  Json decode_stats() const;
 
   /// parameter_digest() of the policy's weights on this rank (the ref model's for the ref role);
   /// for tests and sync checks. ONE_TO_ALL.
@@ -112,11 +124,31 @@ class ActorRolloutRefWorker : public Worker {
   std::shared_ptr<parallel::FsdpModule> ref_fsdp_;
   std::unique_ptr<parallel::Optimizer> optimizer_;
   std::optional<at::Generator> rollout_generator_;
-  int64_t mini_batch_rows_ = 0;  ///< per-rank rows of one mini-batch
+  int64_t mini_batch_rows_ = 0;            ///< per-rank rows of one mini-batch
   std::optional<int64_t> weight_version_;  ///< set by load_weights (separate rollout group)
   /// Adds min/max_weight_version = weight_version_ to a fresh rollout batch (when set).
   void stamp_weight_version(DataProto& rollout) const;
   models::GenerationOptions generation_options(const DataProto& prompts, const std::string& method);
+
+  /// The handoff figures of one rollout call (docs/parallel.md, "Rollout handoff").
+  struct Handoff {
+    double reshard_s = 0;    ///< gathering the sharded policy, this rank
+    int64_t peak_extra = 0;  ///< full-parameter bytes held beyond the shards, gather to end of generation
+  };
+  /// Generates `input` (prompts on device_; `has_rows` false: this rank generates nothing) with the
+  /// policy on decode_engine_, the whole policy gathered for it and freed after when sharded
+  /// (a collective then: every rank calls it). Tokens only: options.return_log_probs is ignored.
+  DataProto policy_rollout(const DataProto& input, bool has_rows, models::GenerationOptions options, Handoff& handoff);
+  /// rollout_log_probs of a rollout batch (on the CPU): the policy's log-probs of `responses`
+  /// through log_probs_of with compute_log_prob's batching, at the temperature the tokens were
+  /// sampled at (1 for greedy), 0 on padding. A collective under FSDP.
+  at::Tensor rollout_log_probs(const DataProto& rollout, const models::GenerationOptions& options, const char* method);
+  /// meta_info timing.reshard (mean over ranks) and reshard_peak_extra_bytes (largest rank).
+  void report_handoff(DataProto& out, Handoff handoff);
+
+  /// The policy's decode engine, kept across rollouts (its KV pool, scratch and, for a replicated
+  /// policy, its packed weights); built at the first rollout that can use it.
+  std::unique_ptr<models::DecodeEngine> decode_engine_;
 };
 
 }  // namespace hyflow::workers
