@@ -118,6 +118,19 @@ class FsdpModule {
   void finish_backward();
   /// After a forward without grad mode: frees the root unit (and anything still gathered).
   void end_forward();
+  /// The language-model head on a root-unit parameter `weight` (out x in, the model's tensor):
+  /// returns forward(x), which must compute x @ weight^T (the model's own code, e.g.
+  /// CausalLM::logits, so the outputs are bit-equal), run without autograd. In backward the engine
+  /// computes x's gradient (which needs the full weight), releases the weight's full parameter
+  /// (nothing after the head needs it: an embedding lookup's backward reads only the indices), and
+  /// only then forms the weight's full gradient and reduce-scatters it at once (or, without
+  /// gradient sync, adds it to weight.grad()): the root unit never holds its largest parameter
+  /// and that parameter's full gradient together. A tied embedding's own gradient arrives in
+  /// weight.grad() at the end of backward and is reduced by finish_backward into the same shard.
+  /// Without grad mode (or when x needs no gradient) it is forward(x) on the gathered weight.
+  /// ValueError when `weight` is not a parameter of the root unit.
+  at::Tensor head(const at::Tensor& x, const at::Tensor& weight,
+                  const std::function<at::Tensor(const at::Tensor&)>& forward);
   /// Gradient accumulation: with false, backward keeps full gradients locally and communicates
   /// nothing; the next synchronized backward reduces the accumulated sum (verl's micro-batches).
   void set_requires_gradient_sync(bool sync);
@@ -151,8 +164,15 @@ class FsdpModule {
   /// gradients currently materialized.
   int64_t sharded_bytes() const;
   int64_t materialized_bytes() const;
+  /// sharded_bytes() + materialized_bytes(): parameters and gradients this rank holds now
+  /// (communication buffers are not counted).
+  int64_t held_bytes() const;
   /// Most bytes of full parameters gathered at once since the last reset.
   int64_t peak_materialized_bytes() const;
+  /// Most held_bytes() at once since the last reset, counting the full gradient head() forms in
+  /// backward. The engine samples it wherever it allocates full tensors and before it releases
+  /// any (autograd only adds gradients in between), so it is the true maximum of the count.
+  int64_t peak_held_bytes() const;
   void reset_peak();
 
   struct Impl;  ///< opaque (public so that the engine's autograd boundaries can name it)
