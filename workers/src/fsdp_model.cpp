@@ -75,7 +75,10 @@ models::ResponseScores response_scores(models::CausalLM& model, parallel::FsdpMo
       batch.batch.contains("position_ids") ? batch.batch.at("position_ids") : models::position_ids_from_mask(mask);
   auto hidden =
       sharded_hidden_states(*model->model, model->config(), *fsdp, batch.batch.at("input_ids"), mask, positions);
-  auto scores = models::response_scores_from_logits(model->logits(hidden), batch.batch.at("responses"), options);
+  // the head through the engine: its backward frees the (tied) weight before forming its gradient
+  const auto& weight = model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight;
+  auto logits = fsdp->head(hidden, weight, [&model](const at::Tensor& x) { return model->logits(x); });
+  auto scores = models::response_scores_from_logits(logits, batch.batch.at("responses"), options);
   if (!torch::GradMode::is_enabled()) fsdp->end_forward();
   return scores;
 }
