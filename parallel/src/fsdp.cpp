@@ -653,6 +653,24 @@ void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, c
     for (auto& u : m.units) m.materialize_replicated(u);
 }
 
+void FsdpModule::load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill) {
+  auto& m = *impl_;
+  torch::NoGradGuard no_grad;
+  m.settle();
+  const int64_t r = m.mesh.shard_rank();
+  std::vector<at::Tensor> rows;
+  for (auto& p : m.params) {
+    auto shard = p.shard.view({p.rows_per_shard, p.row_numel});
+    shard.zero_();
+    const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
+    const int64_t end = std::min<int64_t>(begin + p.rows_per_shard, p.rows);
+    rows.push_back(shard.narrow(0, 0, end - begin));
+  }
+  fill(rows);
+  if (!m.sharded())
+    for (auto& u : m.units) m.materialize_replicated(u);
+}
+
 int64_t FsdpModule::sharded_bytes() const {
   int64_t bytes = 0;
   for (const auto& p : impl_->params) {

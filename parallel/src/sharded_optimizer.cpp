@@ -101,6 +101,11 @@ void ShardedOptimizer::load_full_state(const std::vector<NamedAdamState>& full, 
     };
     mine.push_back({slice(s.exp_avg, "exp_avg"), slice(s.exp_avg_sq, "exp_avg_sq"), s.step});
   }
+  load_shard_state(mine, scheduler_steps, source);
+}
+
+void ShardedOptimizer::load_shard_state(const std::vector<AdamState>& mine, int64_t scheduler_steps,
+                                        const std::string& source) {
   local_->set_adam_state(mine, scheduler_steps, source);
 }
 

@@ -159,6 +159,11 @@ class FsdpModule {
   /// Copies full parameters (by name, as a state dict) into the local shards; ShapeError /
   /// KeyError naming the parameter when one is missing or has another shape.
   void load_full_parameters(const std::vector<NamedParameter>& full, const std::string& source);
+  /// Loading without the full tensors: zeroes the master shards and calls fill(rows) with, per
+  /// parameter (shard_infos order), the writable (real rows, row_numel) float32 view of this
+  /// rank's rows [r k, min((r + 1) k, rows)) of its shard (padding rows stay zero); then the
+  /// parameters show the loaded values (fsdp_checkpoint's row-range loader uses it).
+  void load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill);
 
   /// Bytes this rank holds now: master shards + their gradients, and full parameters and
   /// gradients currently materialized.

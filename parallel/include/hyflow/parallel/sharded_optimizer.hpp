@@ -45,6 +45,9 @@ class ShardedOptimizer : public Optimizer {
   /// Resharding: takes this rank's rows of full AdamW state (by parameter name; padding rows
   /// zero) and the schedule position. KeyError / ShapeError naming `source` and the parameter.
   void load_full_state(const std::vector<NamedAdamState>& full, int64_t scheduler_steps, const std::string& source);
+  /// Takes this rank's AdamW state as shard_state() gives it (moments flat like the local shards,
+  /// undefined: not stepped) and the schedule position; ShapeError naming `source` otherwise.
+  void load_shard_state(const std::vector<AdamState>& mine, int64_t scheduler_steps, const std::string& source);
 
  private:
   std::shared_ptr<FsdpModule> module_;
