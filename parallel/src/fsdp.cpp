@@ -4,8 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <regex>
+#include <set>
 
 namespace hyflow::parallel {
 
@@ -98,6 +101,21 @@ std::vector<FsdpUnit> units_by_layer(const std::vector<NamedParameter>& paramete
   return units;
 }
 
+at::Tensor to_host_memory(const at::Tensor& t) {
+  if (!t.is_cuda()) return t.clone();
+  auto host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(t);
+  return host;
+}
+
+void note_offload_noop(const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (!said.insert(key).second) return;
+  std::cerr << "hyflow FSDP: " << key << " is a no-op here: the shards are in host (CPU) memory already\n";
+}
+
 namespace {
 
 struct Param {
@@ -161,7 +179,43 @@ struct FsdpModule::Impl {
   int64_t materialized = 0, peak = 0;
   int64_t held_peak = 0;  // most sharded + materialized bytes (with the head's gradient) at once
 
+  c10::Device device = at::kCPU;  // where the shards compute
+  bool offloaded = false;         // the master shards (and gradients) are in host memory
+
   int S() const { return mesh.shard_size(); }
+
+  bool offload_moves() const { return options.param_offload && (device.is_cuda() || options.offload_cpu_copies); }
+
+  // Moves every master shard and its gradient with `move`, keeping the tensors' identity (the
+  // optimizer's parameters and its state keys); a replicated float32 parameter follows its shard.
+  void move_shards(const std::function<at::Tensor(const at::Tensor&)>& move) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) {
+      p.shard.set_data(move(p.shard));
+      if (p.shard.grad().defined()) p.shard.mutable_grad() = move(p.shard.grad());
+      if (S() == 1 && options.mixed_precision.param_dtype == at::kFloat) {
+        p.full = p.shard.view(p.full_shape);
+        p.param.set_data(p.full);
+      }
+    }
+  }
+
+  void offload() {
+    if (!options.param_offload || offloaded) return;
+    if (!offload_moves()) {
+      note_offload_noop("fsdp_config.param_offload");
+      return;
+    }
+    move_shards([](const at::Tensor& t) { return to_host_memory(t); });
+    offloaded = true;
+  }
+
+  void onload() {
+    if (!offloaded) return;
+    const auto target = device;
+    move_shards([target](const at::Tensor& t) { return target.is_cuda() ? t.to(target) : t.clone(); });
+    offloaded = false;
+  }
   bool sharded() const { return S() > 1; }
   int root() const { return static_cast<int>(units.size()) - 1; }
 
@@ -486,7 +540,9 @@ FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions
       u.gathered = true;
     }
   }
+  if (!m.params.empty()) m.device = m.params.front().shard.device();
   m.peak = 0;
+  m.offload();
 }
 
 FsdpModule::~FsdpModule() {
@@ -500,6 +556,9 @@ FsdpModule::~FsdpModule() {
 
 ShardingStrategy FsdpModule::strategy() const {
   return impl_->strategy;
+}
+const FsdpOptions& FsdpModule::options() const {
+  return impl_->options;
 }
 const DeviceMesh& FsdpModule::mesh() const {
   return impl_->mesh;
@@ -522,6 +581,7 @@ int FsdpModule::find_unit(const std::string& name) const {
 
 void FsdpModule::begin_forward() {
   auto& m = *impl_;
+  m.onload();
   for (auto& u : m.units) u.backward_pending = false;  // a forward whose backward never ran
   for (auto& p : m.params) p.head_uses = 0;
   if (!m.sharded() && m.options.mixed_precision.param_dtype != at::kFloat)
@@ -578,6 +638,20 @@ at::Tensor FsdpModule::head(const at::Tensor& x, const at::Tensor& weight,
 
 void FsdpModule::end_forward() {
   impl_->settle();
+  impl_->offload();
+}
+
+void FsdpModule::offload() {
+  impl_->offload();
+}
+void FsdpModule::onload() {
+  impl_->onload();
+}
+bool FsdpModule::offload_moves() const {
+  return impl_->offload_moves();
+}
+bool FsdpModule::offloaded() const {
+  return impl_->offloaded;
 }
 
 void FsdpModule::set_requires_gradient_sync(bool sync) {
@@ -588,6 +662,7 @@ void FsdpModule::for_each_full_parameter(const std::function<void(const std::str
   auto& m = *impl_;
   torch::NoGradGuard no_grad;
   m.settle();
+  m.onload();
   if (!m.sharded())
     for (auto& u : m.units) m.materialize_replicated(u);
   m.start_gather(0);
@@ -601,6 +676,7 @@ void FsdpModule::for_each_full_parameter(const std::function<void(const std::str
 
 void FsdpModule::unshard_all() {
   auto& m = *impl_;
+  m.onload();
   if (!m.sharded()) {
     for (auto& u : m.units) m.materialize_replicated(u);
     return;
@@ -614,6 +690,7 @@ void FsdpModule::unshard_all() {
 
 void FsdpModule::reshard_all() {
   impl_->settle();
+  impl_->offload();
 }
 
 std::vector<at::Tensor> FsdpModule::local_shards() const {
@@ -632,6 +709,7 @@ void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, c
   auto& m = *impl_;
   torch::NoGradGuard no_grad;
   m.settle();
+  m.onload();
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& np : full) by_name[np.name] = &np.tensor;
   const int64_t r = m.mesh.shard_rank();
@@ -651,24 +729,30 @@ void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, c
   }
   if (!m.sharded())
     for (auto& u : m.units) m.materialize_replicated(u);
+  m.offload();
 }
 
 void FsdpModule::load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill) {
   auto& m = *impl_;
   torch::NoGradGuard no_grad;
   m.settle();
+  m.onload();
   const int64_t r = m.mesh.shard_rank();
-  std::vector<at::Tensor> rows;
+  std::vector<at::Tensor> rows, targets;  // rows in host memory (staged for device shards)
   for (auto& p : m.params) {
     auto shard = p.shard.view({p.rows_per_shard, p.row_numel});
     shard.zero_();
     const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
     const int64_t end = std::min<int64_t>(begin + p.rows_per_shard, p.rows);
-    rows.push_back(shard.narrow(0, 0, end - begin));
+    targets.push_back(shard.narrow(0, 0, end - begin));
+    rows.push_back(shard.is_cpu() ? targets.back() : torch::empty({end - begin, p.row_numel}, torch::kFloat));
   }
   fill(rows);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (!targets[i].is_same(rows[i])) targets[i].copy_(rows[i]);
   if (!m.sharded())
     for (auto& u : m.units) m.materialize_replicated(u);
+  m.offload();
 }
 
 int64_t FsdpModule::sharded_bytes() const {

@@ -188,15 +188,21 @@ using test::run_ranks;
 
 // n ranks, each with kRows / n rows in two micro-batches (gradient accumulation: only the last
 // one synchronizes), the sharded optimizer.
+// With `offload`, param_offload and optimizer_offload through the testing copies: the shards and
+// the moments move to separate host copies between uses, as on a GPU.
 std::vector<Trace> train_sharded(const Case& c, int n, int64_t fsdp_size, bool reshard_after_forward,
-                                 ShardingStrategy expected) {
+                                 ShardingStrategy expected, bool offload = false) {
   std::vector<Trace> traces(static_cast<size_t>(n));
   test::RankChecks checks;
   run_ranks(n, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = c.make();
     auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, fsdp_size),
-                                             FsdpOptions{.reshard_after_forward = reshard_after_forward});
+                                             FsdpOptions{.reshard_after_forward = reshard_after_forward,
+                                                         .param_offload = offload,
+                                                         .optimizer_offload = offload,
+                                                         .offload_cpu_copies = offload});
     RANK_CHECK(checks, fsdp->strategy() == expected);
+    RANK_CHECK(checks, fsdp->offloaded() == offload);  // from construction on
     ShardedOptimizer opt(fsdp, optim(), "optim");
     const int64_t rows = kRows / n, half = rows / 2;
     auto& t = traces[static_cast<size_t>(pg->rank())];
@@ -216,11 +222,12 @@ std::vector<Trace> train_sharded(const Case& c, int n, int64_t fsdp_size, bool r
       pg->all_reduce(global, ReduceOp::avg);
       t.losses.push_back(global.item<double>());
       t.norms.push_back(opt.step(kMaxNorm));
+      RANK_CHECK(checks, fsdp->offloaded() == offload);
     }
     fsdp->for_each_full_parameter(
         [&](const std::string& name, const at::Tensor& full) { t.weights[name] = full.clone(); });
   });
-  checks.report(n);
+  checks.report(n * (2 + kSteps));
   return traces;
 }
 
@@ -331,6 +338,42 @@ TEST_CASE("FULL_SHARD's peak is the shards plus the root and one layer, never th
       }
     }
   }
+}
+
+TEST_CASE("param_offload and optimizer_offload (moving to separate host copies) train bit-identically to without") {
+  for (bool tied : {true, false}) {
+    const auto c = lm_case(tied);
+    for (int64_t fsdp_size : {int64_t{-1}, int64_t{1}}) {  // FULL_SHARD, and NO_SHARD (parameters are shards)
+      const auto expected = fsdp_size == 1 ? ShardingStrategy::no_shard : ShardingStrategy::full_shard;
+      const auto plain = train_sharded(c, 2, fsdp_size, true, expected);
+      const auto moved = train_sharded(c, 2, fsdp_size, true, expected, /*offload=*/true);
+      for (size_t r = 0; r < 2; ++r) {
+        INFO((tied ? "tied" : "untied") << ", fsdp_size " << fsdp_size << ", rank " << r);
+        CHECK(moved[r].losses == plain[r].losses);
+        CHECK(moved[r].norms == plain[r].norms);
+        for (const auto& [name, w] : plain[r].weights) CHECK(torch::equal(moved[r].weights.at(name), w));
+      }
+    }
+  }
+}
+
+TEST_CASE("on CPU shards param_offload and optimizer_offload are a no-op: nothing moves") {
+  const auto c = lm_case(true);
+  test::RankChecks checks;
+  run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
+    auto model = c.make();
+    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, -1),
+                                             FsdpOptions{.param_offload = true, .optimizer_offload = true});
+    ShardedOptimizer opt(fsdp, optim(), "optim");
+    const void* before = fsdp->local_shards().front().data_ptr();
+    c.loss(*model, fsdp.get(), pg->rank() * 4, 4).backward();
+    fsdp->finish_backward();
+    opt.step(kMaxNorm);
+    RANK_CHECK(checks, !fsdp->offload_moves());
+    RANK_CHECK(checks, !fsdp->offloaded());
+    RANK_CHECK(checks, fsdp->local_shards().front().data_ptr() == before);  // the same memory all along
+  });
+  checks.report(2 * 3);
 }
 
 TEST_CASE("units follow the wrap policy: one per layer, small layers join the root") {

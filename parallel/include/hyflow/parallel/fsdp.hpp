@@ -66,7 +66,25 @@ ShardingStrategy strategy_of(const DeviceMesh& mesh, bool reshard_after_forward)
 struct FsdpOptions {
   bool reshard_after_forward = true;  ///< false: SHARD_GRAD_OP
   MixedPrecision mixed_precision;
+  /// verl's fsdp_config.param_offload: the float32 master shards and their gradients live in
+  /// host memory (pinned) while the engine does not use them, and move to the device before a
+  /// forward, a gather or the optimizer step. Shards in host memory already (a CPU model): a
+  /// no-op, said once on stderr.
+  bool param_offload = false;
+  /// verl's fsdp_config.optimizer_offload: the ShardedOptimizer on this module keeps its AdamW
+  /// moments in host memory (pinned) between steps (a no-op for CPU shards, said once).
+  bool optimizer_offload = false;
+  /// Testing only: offloading CPU shards (and moments) moves them to a separate host copy and
+  /// back, the bookkeeping of the device path (training stays bit-identical).
+  bool offload_cpu_copies = false;
 };
+
+/// Host memory for `t` (pinned when `t` is on a CUDA device) holding its values.
+at::Tensor to_host_memory(const at::Tensor& t);
+
+/// Says once per process on stderr that `key` (param_offload, optimizer_offload) is a no-op for
+/// shards in host memory already.
+void note_offload_noop(const std::string& key);
 
 /// A named parameter of the model, in the order of the model's named_parameters().
 struct NamedParameter {
@@ -96,6 +114,7 @@ class FsdpModule {
   FsdpModule& operator=(const FsdpModule&) = delete;
 
   ShardingStrategy strategy() const;
+  const FsdpOptions& options() const;
   const DeviceMesh& mesh() const;
   int num_units() const;
   /// The index of the root unit (the last one).
@@ -131,6 +150,18 @@ class FsdpModule {
   /// ValueError when `weight` is not a parameter of the root unit.
   at::Tensor head(const at::Tensor& x, const at::Tensor& weight,
                   const std::function<at::Tensor(const at::Tensor&)>& forward);
+  /// With param_offload: moves the master shards and their gradients to host memory / back to
+  /// the model's device (the shards keep their identity: the optimizer's parameters follow).
+  /// The engine calls them itself: onload before begin_forward, unshard_all,
+  /// for_each_full_parameter and loading, offload after end_forward, reshard_all and loading;
+  /// the sharded optimizer onloads before its step and offloads after. Otherwise nothing.
+  void offload();
+  void onload();
+  /// Whether offload() moves memory (param_offload with shards on a CUDA device, or the
+  /// testing copy); whether the shards are in host memory now.
+  bool offload_moves() const;
+  bool offloaded() const;
+
   /// Gradient accumulation: with false, backward keeps full gradients locally and communicates
   /// nothing; the next synchronized backward reduces the accumulated sum (verl's micro-batches).
   void set_requires_gradient_sync(bool sync);
@@ -160,8 +191,9 @@ class FsdpModule {
   /// KeyError naming the parameter when one is missing or has another shape.
   void load_full_parameters(const std::vector<NamedParameter>& full, const std::string& source);
   /// Loading without the full tensors: zeroes the master shards and calls fill(rows) with, per
-  /// parameter (shard_infos order), the writable (real rows, row_numel) float32 view of this
-  /// rank's rows [r k, min((r + 1) k, rows)) of its shard (padding rows stay zero); then the
+  /// parameter (shard_infos order), a writable contiguous (real rows, row_numel) float32 host
+  /// tensor for this rank's rows [r k, min((r + 1) k, rows)) of its shard (the shard's own rows
+  /// on CPU, copied to the device after fill otherwise; padding rows stay zero); then the
   /// parameters show the loaded values (fsdp_checkpoint's row-range loader uses it).
   void load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill);
 
