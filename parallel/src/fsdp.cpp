@@ -133,6 +133,15 @@ struct Param {
   size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
 };
 
+// a (n, k) @ b (m, k)^T -> (n, m). Float32 on CPU through oneDNN's inner product, as the
+// models' linears (hyflow/cuda/linear.hpp) run it: Debian's LibTorch 1.13 runs GEMM on the
+// reference BLAS, several times slower at the head's shapes.
+at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
+  if (at::hasMKLDNN() && a.is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat)
+    return at::mkldnn_linear(a.contiguous().to_mkldnn(), b.contiguous().to_mkldnn(), c10::nullopt).to_dense();
+  return a.mm(b.t());
+}
+
 // A unit's storage is released in place, as FSDP does, so that tensors the autograd graph
 // saved from a parameter (views such as weight.t()) lose their memory too and see the
 // gathered values again when the storage is refilled before backward.
@@ -403,14 +412,15 @@ struct FsdpModule::Impl {
     torch::NoGradGuard no_grad;
     auto& p = params[i];
     const int64_t out_features = p.rows, in_features = p.row_numel;
-    auto g = grad.reshape({-1, out_features});
-    auto grad_x = g.mm(p.full.view({out_features, in_features})).view(x.sizes());
+    const auto dtype = p.full.scalar_type();  // the compute dtype
+    auto g = grad.reshape({-1, out_features}).to(dtype);
+    auto grad_x = matmul_nt(g, p.full.view({out_features, in_features}).t()).view(x.sizes()).to(x.scalar_type());
     if (--p.head_uses == 0 && sharded()) {
       note_held();
       release_param(i);
       units[static_cast<size_t>(root())].gathered = false;
     }
-    auto grad_w = g.t().mm(x.reshape({-1, in_features}));  // (out, in) in the compute dtype
+    auto grad_w = matmul_nt(g.t(), x.reshape({-1, in_features}).to(dtype).t());  // (out, in), compute dtype
     note_held(grad_w.numel() * grad_w.element_size());
     if (sync) {
       p.head_reduced = true;
@@ -433,7 +443,10 @@ struct FsdpModule::Impl {
       }
       u.backward_pending = false;
     }
-    for (auto& p : params) p.head_uses = 0;
+    for (auto& p : params) {
+      p.head_uses = 0;
+      p.head_reduced = false;
+    }
     for (int ui = 0; ui <= root(); ++ui) free_unit(ui);
   }
 };
