@@ -4,7 +4,8 @@
 //   - per-rank bytes of parameters + gradients + optimizer state (the storages the engine, the
 //     model and the optimizer hold, each counted once), at rest after a step and the largest
 //     sample during a step, against NO_SHARD (goal: <= 1/N of it plus one unit's full
-//     parameters, +5%);
+//     parameters, +5%); the peak is the larger of this program's samples at unit boundaries and
+//     the engine's own (FsdpModule::peak_held_bytes) plus the optimizer state;
 //   - step time (forward + backward + optimizer on a fixed global batch) against NO_SHARD (goal
 //     <= 1.3x) and against PyTorch DDP over gloo on the same model and batch
 //     (fsdp_ddp_peer.py, one process per rank, launched by this program in the same run);
@@ -157,7 +158,9 @@ at::Tensor sharded_logits(models::CausalLM& model, FsdpModule& fsdp, const at::T
     h = fsdp.exit_unit(unit, h);
     sample();
   }
-  return model->logits(transformer.norm(h));
+  // the head through the engine, as the roles run it (workers/src/fsdp_model.cpp)
+  const auto& weight = model->lm_head ? model->lm_head->weight : transformer.embed_tokens->weight;
+  return fsdp.head(transformer.norm(h), weight, [&model](const at::Tensor& x) { return model->logits(x); });
 }
 
 StrategyResult run_strategy(int n, ShardingStrategy strategy, std::vector<models::CausalLM>& models,
@@ -201,6 +204,9 @@ StrategyResult run_strategy(int n, ShardingStrategy strategy, std::vector<models
       group->barrier();
       const auto start = Clock::now();
       optimizer.zero_grad();
+      fsdp->reset_peak();
+      int64_t optimizer_bytes = 0;  // constant through forward and backward
+      for (const auto& s : optimizer.state_tensors()) optimizer_bytes += s.numel() * s.element_size();
       auto logits = sharded_logits(model, *fsdp, ids, sample);
       const int64_t V = logits.size(-1);
       auto loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, ids.size(1) - 1).reshape({-1, V}),
@@ -209,6 +215,9 @@ StrategyResult run_strategy(int n, ShardingStrategy strategy, std::vector<models
       sample();  // the root unit's full gradients (the tied embedding's arrive last) are not reduced yet
       fsdp->finish_backward();
       sample();
+      // the engine's own peak of parameters and gradients (it samples wherever it gathers or
+      // forms a full tensor and before it frees one, inside the head's backward too)
+      peak = std::max(peak, fsdp->peak_held_bytes() + optimizer_bytes);
       optimizer.step(1.0);
       sample();
       auto elapsed = torch::tensor({seconds_since(start)}, torch::kDouble);

@@ -4,8 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <regex>
+#include <set>
 
 namespace hyflow::parallel {
 
@@ -98,6 +101,21 @@ std::vector<FsdpUnit> units_by_layer(const std::vector<NamedParameter>& paramete
   return units;
 }
 
+at::Tensor to_host_memory(const at::Tensor& t) {
+  if (!t.is_cuda()) return t.clone();
+  auto host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(t);
+  return host;
+}
+
+void note_offload_noop(const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (!said.insert(key).second) return;
+  std::cerr << "hyflow FSDP: " << key << " is a no-op here: the shards are in host (CPU) memory already\n";
+}
+
 namespace {
 
 struct Param {
@@ -107,10 +125,22 @@ struct Param {
   std::vector<int64_t> full_shape;
   int64_t rows = 0, row_numel = 0, rows_per_shard = 0;
   at::ScalarType dtype = at::kFloat;
-  at::Tensor shard;  // float32 master slice, (rows_per_shard * row_numel,)
+  at::Tensor shard;           // float32 master slice, (rows_per_shard * row_numel,)
+  bool live = false;          // `full` has its storage (gathered, or replicated)
+  int head_uses = 0;          // head() calls of this forward whose backward has not run
+  bool head_reduced = false;  // head() reduced this parameter's gradient in this backward
   int64_t shard_numel() const { return rows_per_shard * row_numel; }
   size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
 };
+
+// a (n, k) @ b (m, k)^T -> (n, m). Float32 on CPU through oneDNN's inner product, as the
+// models' linears (hyflow/cuda/linear.hpp) run it: Debian's LibTorch 1.13 runs GEMM on the
+// reference BLAS, several times slower at the head's shapes.
+at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
+  if (at::hasMKLDNN() && a.is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat)
+    return at::mkldnn_linear(a.contiguous().to_mkldnn(), b.contiguous().to_mkldnn(), c10::nullopt).to_dense();
+  return a.mm(b.t());
+}
 
 // A unit's storage is released in place, as FSDP does, so that tensors the autograd graph
 // saved from a parameter (views such as weight.t()) lose their memory too and see the
@@ -135,8 +165,14 @@ struct Unit {
   bool backward_pending = false;  // gathered for a backward whose gradients are not reduced yet
   std::unique_ptr<Work> gather_work;
   at::Tensor gather_in, gather_out;
-  std::unique_ptr<Work> reduce_work;
-  at::Tensor reduce_out;
+};
+
+// A reduce-scatter in flight: the gradients of `params` (a unit's, or the head's one), reduced
+// into shard-sized blocks in `out`, added to the shard gradients when waited for.
+struct Reduction {
+  std::vector<size_t> params;
+  std::unique_ptr<Work> work;
+  at::Tensor out;
 };
 
 }  // namespace
@@ -147,11 +183,48 @@ struct FsdpModule::Impl {
   ShardingStrategy strategy = ShardingStrategy::full_shard;
   std::vector<Param> params;
   std::vector<Unit> units;
-  std::vector<int> reduce_order;  // units with a reduction in flight, in issue order
+  std::vector<Reduction> reductions;  // in flight, in issue order
   bool sync = true;
   int64_t materialized = 0, peak = 0;
+  int64_t held_peak = 0;  // most sharded + materialized bytes (with the head's gradient) at once
+
+  c10::Device device = at::kCPU;  // where the shards compute
+  bool offloaded = false;         // the master shards (and gradients) are in host memory
 
   int S() const { return mesh.shard_size(); }
+
+  bool offload_moves() const { return options.param_offload && (device.is_cuda() || options.offload_cpu_copies); }
+
+  // Moves every master shard and its gradient with `move`, keeping the tensors' identity (the
+  // optimizer's parameters and its state keys); a replicated float32 parameter follows its shard.
+  void move_shards(const std::function<at::Tensor(const at::Tensor&)>& move) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) {
+      p.shard.set_data(move(p.shard));
+      if (p.shard.grad().defined()) p.shard.mutable_grad() = move(p.shard.grad());
+      if (S() == 1 && options.mixed_precision.param_dtype == at::kFloat) {
+        p.full = p.shard.view(p.full_shape);
+        p.param.set_data(p.full);
+      }
+    }
+  }
+
+  void offload() {
+    if (!options.param_offload || offloaded) return;
+    if (!offload_moves()) {
+      note_offload_noop("fsdp_config.param_offload");
+      return;
+    }
+    move_shards([](const at::Tensor& t) { return to_host_memory(t); });
+    offloaded = true;
+  }
+
+  void onload() {
+    if (!offloaded) return;
+    const auto target = device;
+    move_shards([target](const at::Tensor& t) { return target.is_cuda() ? t.to(target) : t.clone(); });
+    offloaded = false;
+  }
   bool sharded() const { return S() > 1; }
   int root() const { return static_cast<int>(units.size()) - 1; }
 
@@ -197,7 +270,11 @@ struct FsdpModule::Impl {
     int64_t offset = 0;
     for (size_t i : u.params) {
       auto& p = params[i];
-      allocate_storage(p.full, p.full_nbytes());
+      if (!p.live) {
+        allocate_storage(p.full, p.full_nbytes());
+        p.live = true;
+        materialized += full_bytes(p);
+      }
       auto rows = p.full.view({p.rows, p.row_numel});
       for (int r = 0; r < S(); ++r) {  // rank r holds rows [r k, (r + 1) k), the last ones padding
         const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
@@ -206,62 +283,102 @@ struct FsdpModule::Impl {
         rows.narrow(0, begin, count).copy_(blocks[r].narrow(0, offset, count * p.row_numel).view({count, p.row_numel}));
       }
       offset += p.shard_numel();
-      materialized += full_bytes(p);
     }
     u.gather_in.reset();
     u.gather_out.reset();
     u.gathered = true;
     peak = std::max(peak, materialized);
+    note_held();
+  }
+
+  void release_param(size_t i) {
+    auto& p = params[i];
+    if (!sharded() || !p.live) return;
+    release_storage(p.full);
+    p.live = false;
+    materialized -= full_bytes(p);
   }
 
   void free_unit(int ui) {
     auto& u = units[static_cast<size_t>(ui)];
-    if (!sharded() || !u.gathered) return;
-    for (size_t i : u.params) {
-      release_storage(params[i].full);
-      materialized -= full_bytes(params[i]);
-    }
+    if (!sharded()) return;
+    note_held();
+    for (size_t i : u.params) release_param(i);
     u.gathered = false;
   }
 
-  // Reduce-scatter (average) of the unit's full gradients into shard-sized blocks; the full
-  // gradients are freed. Replicas then average across the replicate group (in wait_reduce).
-  void start_reduce(int ui) {
+  // Bytes of parameters and gradients held now (FsdpModule::held_bytes) plus `transient` (a full
+  // gradient the engine formed outside param.grad), folded into held_peak. Autograd only adds
+  // gradients between the engine's calls, and only the engine frees full parameters and
+  // gradients, so sampling before every release and after every allocation sees each maximum.
+  void note_held(int64_t transient = 0) {
+    int64_t bytes = materialized + transient;
+    for (const auto& p : params) {
+      bytes += p.shard.numel() * 4;
+      if (p.shard.grad().defined()) bytes += p.shard.grad().numel() * 4;
+      if (p.param.grad().defined()) bytes += p.param.grad().numel() * p.param.grad().element_size();
+    }
+    held_peak = std::max(held_peak, bytes);
+  }
+
+  // Reduce-scatter (average) of full gradients `grads` of `which` (in unit order) into
+  // shard-sized blocks; replicas then average across the replicate group (in wait_reduce).
+  void start_reduce(std::vector<size_t> which, std::vector<at::Tensor> grads) {
     torch::NoGradGuard no_grad;
-    auto& u = units[static_cast<size_t>(ui)];
     const auto dtype = options.mixed_precision.reduce_dtype;
+    int64_t shard_numel = 0;
     std::vector<at::Tensor> blocks;
-    for (size_t i : u.params) {
-      auto& p = params[i];
-      at::Tensor g = p.param.grad();
-      g = g.defined() ? g.reshape({p.rows, p.row_numel}).to(dtype)
-                      : torch::zeros({p.rows, p.row_numel}, p.shard.options().dtype(dtype));
+    for (size_t k = 0; k < which.size(); ++k) {
+      auto& p = params[which[k]];
+      at::Tensor g = grads[k].defined() ? grads[k].reshape({p.rows, p.row_numel}).to(dtype)
+                                        : torch::zeros({p.rows, p.row_numel}, p.shard.options().dtype(dtype));
+      grads[k].reset();
       const int64_t padded = S() * p.rows_per_shard;
       if (padded > p.rows) g = torch::cat({g, torch::zeros({padded - p.rows, p.row_numel}, g.options())});
       blocks.push_back(g.reshape({S(), p.shard_numel()}));
-      p.param.mutable_grad().reset();
+      shard_numel += p.shard_numel();
     }
-    auto input = torch::cat(blocks, 1).reshape({-1});  // (S * unit shard numel,) in rank-block order
+    // (S * shard numel,) in rank-block order; a single block is its own buffer
+    auto input = blocks.size() == 1 ? blocks[0].reshape({-1}) : torch::cat(blocks, 1).reshape({-1});
+    blocks.clear();
+    Reduction reduction{std::move(which), nullptr, {}};
     if (sharded()) {
-      u.reduce_out = torch::empty({u.shard_numel}, input.options());
-      u.reduce_work = mesh.shard->reduce_scatter_async(u.reduce_out, input, ReduceOp::avg);
+      reduction.out = torch::empty({shard_numel}, input.options());
+      reduction.work = mesh.shard->reduce_scatter_async(reduction.out, input, ReduceOp::avg);
     } else {
-      u.reduce_out = input;
-      if (mesh.replicate) u.reduce_work = mesh.replicate->all_reduce_async(u.reduce_out, ReduceOp::avg);
+      reduction.out = input;  // the gradients were taken from their parameters
+      if (mesh.replicate) reduction.work = mesh.replicate->all_reduce_async(reduction.out, ReduceOp::avg);
     }
-    reduce_order.push_back(ui);
+    reductions.push_back(std::move(reduction));
   }
 
-  void wait_reduce(int ui) {
-    torch::NoGradGuard no_grad;
-    auto& u = units[static_cast<size_t>(ui)];
-    if (u.reduce_work) u.reduce_work->wait();
-    u.reduce_work.reset();
-    if (sharded() && mesh.replicate) mesh.replicate->all_reduce(u.reduce_out, ReduceOp::avg);
-    int64_t offset = 0;
-    for (size_t i : u.params) {
+  // A unit's gradients: those in param.grad(), zeros for parameters without one, except the
+  // parameters whose gradient head() reduced already in this backward (and nothing came since).
+  void start_unit_reduce(int ui) {
+    note_held();
+    std::vector<size_t> which;
+    std::vector<at::Tensor> grads;
+    for (size_t i : units[static_cast<size_t>(ui)].params) {
       auto& p = params[i];
-      auto g = u.reduce_out.narrow(0, offset, p.shard_numel()).to(at::kFloat);
+      const bool taken = p.head_reduced && !p.param.grad().defined();
+      p.head_reduced = false;
+      if (taken) continue;
+      which.push_back(i);
+      grads.push_back(p.param.grad());
+      p.param.mutable_grad().reset();
+    }
+    if (!which.empty()) start_reduce(std::move(which), std::move(grads));
+  }
+
+  void wait_reduce(Reduction& reduction) {
+    torch::NoGradGuard no_grad;
+    if (reduction.work) reduction.work->wait();
+    reduction.work.reset();
+    if (sharded() && mesh.replicate) mesh.replicate->all_reduce(reduction.out, ReduceOp::avg);
+    int64_t offset = 0;
+    for (size_t i : reduction.params) {
+      auto& p = params[i];
+      auto g = reduction.out.narrow(0, offset, p.shard_numel()).to(at::kFloat);
       if (p.shard.grad().defined()) {
         p.shard.mutable_grad().add_(g);
       } else {
@@ -269,14 +386,15 @@ struct FsdpModule::Impl {
       }
       offset += p.shard_numel();
     }
-    u.reduce_out.reset();
+    reduction.out.reset();
+    note_held();
   }
 
   void post_backward(int ui) {
     auto& u = units[static_cast<size_t>(ui)];
     if (!u.backward_pending) return;
     u.backward_pending = false;
-    if (sync) start_reduce(ui);
+    if (sync) start_unit_reduce(ui);
     free_unit(ui);
   }
 
@@ -285,6 +403,34 @@ struct FsdpModule::Impl {
     for (int v = root() - 1; v > ui; --v) post_backward(v);
     finish_gather(ui);
     if (ui > 0) start_gather(ui - 1);
+  }
+
+  // The backward of head(): x's gradient needs the full weight, the weight's does not, so the
+  // weight is released in between (when no other head() of this forward still needs it) and the
+  // root never holds the weight and its full gradient together.
+  at::Tensor head_backward(size_t i, const at::Tensor& grad, const at::Tensor& x) {
+    torch::NoGradGuard no_grad;
+    auto& p = params[i];
+    const int64_t out_features = p.rows, in_features = p.row_numel;
+    const auto dtype = p.full.scalar_type();  // the compute dtype
+    auto g = grad.reshape({-1, out_features}).to(dtype);
+    auto grad_x = matmul_nt(g, p.full.view({out_features, in_features}).t()).view(x.sizes()).to(x.scalar_type());
+    if (--p.head_uses == 0 && sharded()) {
+      note_held();
+      release_param(i);
+      units[static_cast<size_t>(root())].gathered = false;
+    }
+    auto grad_w = matmul_nt(g.t(), x.reshape({-1, in_features}).to(dtype).t());  // (out, in), compute dtype
+    note_held(grad_w.numel() * grad_w.element_size());
+    if (sync) {
+      p.head_reduced = true;
+      start_reduce({i}, {std::move(grad_w)});
+    } else if (p.param.grad().defined()) {
+      p.param.mutable_grad().add_(grad_w);
+    } else {
+      p.param.mutable_grad() = grad_w;
+    }
+    return grad_x;
   }
 
   void settle() {
@@ -296,6 +442,10 @@ struct FsdpModule::Impl {
         u.gather_out.reset();
       }
       u.backward_pending = false;
+    }
+    for (auto& p : params) {
+      p.head_uses = 0;
+      p.head_reduced = false;
     }
     for (int ui = 0; ui <= root(); ++ui) free_unit(ui);
   }
@@ -330,6 +480,27 @@ struct UnitBoundary : torch::autograd::Function<UnitBoundary<kInput>> {
 };
 using UnitInputBoundary = UnitBoundary<true>;
 using UnitOutputBoundary = UnitBoundary<false>;
+
+using HeadForward = std::function<at::Tensor(const at::Tensor&)>;
+
+// FsdpModule::head: `forward` (the model's own x @ weight^T) without autograd, and a backward
+// that computes the weight's gradient in the engine (Impl::head_backward).
+struct HeadFunction : torch::autograd::Function<HeadFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor x,
+                                                FsdpModule::Impl* impl, int64_t param, const HeadForward* fn) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
+    ctx->saved_data["param"] = param;
+    return {(*fn)(x)};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* impl = reinterpret_cast<FsdpModule::Impl*>(ctx->saved_data["impl"].toInt());
+    const auto param = static_cast<size_t>(ctx->saved_data["param"].toInt());
+    const auto x = ctx->get_saved_variables()[0];
+    return {impl->head_backward(param, grads[0], x), {}, {}, {}};
+  }
+};
 
 }  // namespace
 
@@ -368,6 +539,7 @@ FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions
         if (S == 1) p.full.view({-1}).copy_(p.shard);
       }
       np.tensor.set_data(p.full);
+      p.live = S == 1;
       u.params.push_back(m.params.size());
       u.shard_numel += p.shard_numel();
       m.params.push_back(std::move(p));
@@ -381,20 +553,25 @@ FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions
       u.gathered = true;
     }
   }
+  if (!m.params.empty()) m.device = m.params.front().shard.device();
   m.peak = 0;
+  m.offload();
 }
 
 FsdpModule::~FsdpModule() {
   try {
     impl_->settle();
-    for (auto& u : impl_->units)
-      if (u.reduce_work) u.reduce_work->wait();
+    for (auto& r : impl_->reductions)
+      if (r.work) r.work->wait();
   } catch (...) {
   }
 }
 
 ShardingStrategy FsdpModule::strategy() const {
   return impl_->strategy;
+}
+const FsdpOptions& FsdpModule::options() const {
+  return impl_->options;
 }
 const DeviceMesh& FsdpModule::mesh() const {
   return impl_->mesh;
@@ -417,7 +594,9 @@ int FsdpModule::find_unit(const std::string& name) const {
 
 void FsdpModule::begin_forward() {
   auto& m = *impl_;
+  m.onload();
   for (auto& u : m.units) u.backward_pending = false;  // a forward whose backward never ran
+  for (auto& p : m.params) p.head_uses = 0;
   if (!m.sharded() && m.options.mixed_precision.param_dtype != at::kFloat)
     for (auto& u : m.units) m.materialize_replicated(u);  // the casts follow the last step
   m.finish_gather(m.root());
@@ -448,14 +627,44 @@ at::Tensor FsdpModule::exit_unit(int unit, const at::Tensor& x) {
 
 void FsdpModule::finish_backward() {
   auto& m = *impl_;
+  m.note_held();
   for (int ui = m.root(); ui >= 0; --ui) m.post_backward(ui);
-  for (int ui : m.reduce_order) m.wait_reduce(ui);
-  m.reduce_order.clear();
+  for (auto& r : m.reductions) m.wait_reduce(r);
+  m.reductions.clear();
   m.settle();
+}
+
+at::Tensor FsdpModule::head(const at::Tensor& x, const at::Tensor& weight,
+                            const std::function<at::Tensor(const at::Tensor&)>& forward) {
+  auto& m = *impl_;
+  size_t index = m.params.size();
+  for (size_t i : m.units[static_cast<size_t>(m.root())].params)
+    if (m.params[i].param.unsafeGetTensorImpl() == weight.unsafeGetTensorImpl()) index = i;
+  if (index == m.params.size())
+    throw ValueError("FsdpModule::head: the weight (shape " + c10::str(weight.sizes()) +
+                     ") is not a parameter of the root unit");
+  if (weight.dim() != 2) throw ShapeError("FsdpModule::head: the weight of '" + m.params[index].name + "' is not 2-D");
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return forward(x);
+  ++m.params[index].head_uses;
+  return HeadFunction::apply(x, impl_.get(), static_cast<int64_t>(index), &forward)[0];
 }
 
 void FsdpModule::end_forward() {
   impl_->settle();
+  impl_->offload();
+}
+
+void FsdpModule::offload() {
+  impl_->offload();
+}
+void FsdpModule::onload() {
+  impl_->onload();
+}
+bool FsdpModule::offload_moves() const {
+  return impl_->offload_moves();
+}
+bool FsdpModule::offloaded() const {
+  return impl_->offloaded;
 }
 
 void FsdpModule::set_requires_gradient_sync(bool sync) {
@@ -466,6 +675,7 @@ void FsdpModule::for_each_full_parameter(const std::function<void(const std::str
   auto& m = *impl_;
   torch::NoGradGuard no_grad;
   m.settle();
+  m.onload();
   if (!m.sharded())
     for (auto& u : m.units) m.materialize_replicated(u);
   m.start_gather(0);
@@ -479,6 +689,7 @@ void FsdpModule::for_each_full_parameter(const std::function<void(const std::str
 
 void FsdpModule::unshard_all() {
   auto& m = *impl_;
+  m.onload();
   if (!m.sharded()) {
     for (auto& u : m.units) m.materialize_replicated(u);
     return;
@@ -492,6 +703,7 @@ void FsdpModule::unshard_all() {
 
 void FsdpModule::reshard_all() {
   impl_->settle();
+  impl_->offload();
 }
 
 std::vector<at::Tensor> FsdpModule::local_shards() const {
@@ -510,6 +722,7 @@ void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, c
   auto& m = *impl_;
   torch::NoGradGuard no_grad;
   m.settle();
+  m.onload();
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& np : full) by_name[np.name] = &np.tensor;
   const int64_t r = m.mesh.shard_rank();
@@ -529,6 +742,30 @@ void FsdpModule::load_full_parameters(const std::vector<NamedParameter>& full, c
   }
   if (!m.sharded())
     for (auto& u : m.units) m.materialize_replicated(u);
+  m.offload();
+}
+
+void FsdpModule::load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill) {
+  auto& m = *impl_;
+  torch::NoGradGuard no_grad;
+  m.settle();
+  m.onload();
+  const int64_t r = m.mesh.shard_rank();
+  std::vector<at::Tensor> rows, targets;  // rows in host memory (staged for device shards)
+  for (auto& p : m.params) {
+    auto shard = p.shard.view({p.rows_per_shard, p.row_numel});
+    shard.zero_();
+    const int64_t begin = std::min<int64_t>(r * p.rows_per_shard, p.rows);
+    const int64_t end = std::min<int64_t>(begin + p.rows_per_shard, p.rows);
+    targets.push_back(shard.narrow(0, 0, end - begin));
+    rows.push_back(shard.is_cpu() ? targets.back() : torch::empty({end - begin, p.row_numel}, torch::kFloat));
+  }
+  fill(rows);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (!targets[i].is_same(rows[i])) targets[i].copy_(rows[i]);
+  if (!m.sharded())
+    for (auto& u : m.units) m.materialize_replicated(u);
+  m.offload();
 }
 
 int64_t FsdpModule::sharded_bytes() const {
@@ -547,11 +784,19 @@ int64_t FsdpModule::materialized_bytes() const {
   return bytes;
 }
 
+int64_t FsdpModule::held_bytes() const {
+  return sharded_bytes() + materialized_bytes();
+}
+
 int64_t FsdpModule::peak_materialized_bytes() const {
   return impl_->peak;
 }
+int64_t FsdpModule::peak_held_bytes() const {
+  return std::max(impl_->held_peak, held_bytes());
+}
 void FsdpModule::reset_peak() {
   impl_->peak = impl_->materialized;
+  impl_->held_peak = held_bytes();
 }
 
 }  // namespace hyflow::parallel

@@ -28,6 +28,37 @@ void ShardedOptimizer::zero_grad() {
 }
 
 double ShardedOptimizer::step(double max_norm) {
+  module_->onload();
+  move_state(false);
+  const double norm = step_on_device(max_norm);
+  move_state(true);
+  module_->offload();
+  return norm;
+}
+
+void ShardedOptimizer::move_state(bool to_host) {
+  const auto& options = module_->options();
+  if (!options.optimizer_offload) return;
+  auto state = local_->state_tensors();
+  const auto shards = module_->local_shards();
+  if (shards.empty()) return;
+  const auto device = shards.front().device();  // onloaded before a step
+  if (!device.is_cuda() && !options.offload_cpu_copies) {
+    note_offload_noop("fsdp_config.optimizer_offload");
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  if (to_host) {
+    for (auto& t : state) t.set_data(to_host_memory(t));
+    state_offloaded_ = true;
+    return;
+  }
+  for (auto& t : state)  // offloaded moments, or moments loaded into host memory
+    if (state_offloaded_ || t.device() != device) t.set_data(device.is_cuda() ? t.to(device) : t.clone());
+  state_offloaded_ = false;
+}
+
+double ShardedOptimizer::step_on_device(double max_norm) {
   torch::NoGradGuard no_grad;
   auto shards = module_->local_shards();
   double local = 0.0;
@@ -101,6 +132,11 @@ void ShardedOptimizer::load_full_state(const std::vector<NamedAdamState>& full, 
     };
     mine.push_back({slice(s.exp_avg, "exp_avg"), slice(s.exp_avg_sq, "exp_avg_sq"), s.step});
   }
+  load_shard_state(mine, scheduler_steps, source);
+}
+
+void ShardedOptimizer::load_shard_state(const std::vector<AdamState>& mine, int64_t scheduler_steps,
+                                        const std::string& source) {
   local_->set_adam_state(mine, scheduler_steps, source);
 }
 

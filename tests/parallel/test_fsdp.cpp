@@ -42,25 +42,68 @@ struct ToyImpl : torch::nn::Module {
 };
 TORCH_MODULE(Toy);
 
-std::map<std::string, at::Tensor> initial_state() {
-  torch::manual_seed(7);
-  Toy model;
-  std::map<std::string, at::Tensor> state;
-  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach().clone();
+// A small language model: an embedding with vocabulary rows that do not divide by 2 or 4, three
+// residual layers, a root-unit scale after them (a final norm's place) and a head tied to the
+// embedding or its own, computed through FsdpModule::head (or plainly, with `engine_head` false).
+constexpr int64_t kVocab = 37, kDim = 6, kSeq = 5;
+struct ToyLMImpl : torch::nn::Module {
+  explicit ToyLMImpl(bool tied) {
+    embed = register_module("embed", torch::nn::Embedding(kVocab, kDim));
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int i = 0; i < 3; ++i) layers->push_back(torch::nn::Linear(kDim, kDim));
+    scale = register_parameter("scale", torch::linspace(0.5, 1.5, kDim));
+    if (!tied)
+      lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(kDim, kVocab).bias(false)));
+  }
+  const at::Tensor& head_weight() const { return lm_head ? lm_head->weight : embed->weight; }
+  at::Tensor forward(const at::Tensor& ids, FsdpModule* fsdp, bool engine_head = true) {
+    if (fsdp) fsdp->begin_forward();
+    auto h = embed(ids);
+    for (int i = 0; i < 3; ++i) {
+      if (fsdp) h = fsdp->enter_unit(i, h);
+      h = h + torch::tanh(layers[i]->as<torch::nn::LinearImpl>()->forward(h));
+      if (fsdp) h = fsdp->exit_unit(i, h);
+    }
+    h = h * scale;
+    auto logits = [this](const at::Tensor& x) { return torch::nn::functional::linear(x, head_weight()); };
+    return fsdp && engine_head ? fsdp->head(h, head_weight(), logits) : logits(h);
+  }
+  torch::nn::Embedding embed{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+  at::Tensor scale;
+};
+TORCH_MODULE(ToyLM);
+
+using State = std::map<std::string, at::Tensor>;
+
+State state_of(torch::nn::Module& model) {
+  State state;
+  for (const auto& item : model.named_parameters()) state[item.key()] = item.value().detach().clone();
   return state;
 }
 
-Toy toy_from(const std::map<std::string, at::Tensor>& state) {
-  Toy model;
+void load_state(torch::nn::Module& model, const State& state) {
   torch::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters()) item.value().copy_(state.at(item.key()));
-  return model;
+  for (auto& item : model.named_parameters()) item.value().copy_(state.at(item.key()));
 }
 
-std::vector<NamedParameter> named(Toy& model) {
+std::vector<NamedParameter> named(torch::nn::Module& model) {
   std::vector<NamedParameter> out;
-  for (const auto& item : model->named_parameters()) out.push_back({item.key(), item.value()});
+  for (const auto& item : model.named_parameters()) out.push_back({item.key(), item.value()});
   return out;
+}
+
+State initial_state() {
+  torch::manual_seed(7);
+  Toy model;
+  return state_of(*model);
+}
+
+Toy toy_from(const State& state) {
+  Toy model;
+  load_state(*model, state);
+  return model;
 }
 
 OptimConfig optim() {
@@ -83,25 +126,61 @@ Data data() {
   return {x, y};
 }
 
+// A model under training: a fresh copy of the initial weights, and the loss (a mean over rows)
+// of rows [begin, begin + count) of the global batch, sharded when `fsdp` is set.
+struct Case {
+  std::function<std::shared_ptr<torch::nn::Module>()> make;
+  std::function<at::Tensor(torch::nn::Module&, FsdpModule*, int64_t begin, int64_t count)> loss;
+};
+
+Case toy_case() {
+  const auto state = initial_state();
+  return {[state] { return toy_from(state).ptr(); },
+          [](torch::nn::Module& model, FsdpModule* fsdp, int64_t begin, int64_t count) {
+            auto [x, y] = data();
+            return torch::mse_loss(static_cast<ToyImpl&>(model).forward(x.narrow(0, begin, count), fsdp),
+                                   y.narrow(0, begin, count));
+          }};
+}
+
+at::Tensor lm_tokens() {
+  return torch::remainder(torch::arange(kRows * (kSeq + 1), torch::kLong) * 7 + 3, kVocab).view({kRows, kSeq + 1});
+}
+
+Case lm_case(bool tied, bool engine_head = true) {
+  torch::manual_seed(11);
+  const auto state = state_of(*ToyLM(tied));
+  return {
+      [state, tied] {
+        ToyLM model(tied);
+        load_state(*model, state);
+        return model.ptr();
+      },
+      [engine_head](torch::nn::Module& model, FsdpModule* fsdp, int64_t begin, int64_t count) {
+        auto ids = lm_tokens().narrow(0, begin, count);
+        auto logits = static_cast<ToyLMImpl&>(model).forward(ids.narrow(1, 0, kSeq), fsdp, engine_head);
+        return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), ids.narrow(1, 1, kSeq).reshape({-1}));
+      }};
+}
+
 struct Trace {
   std::vector<double> losses, norms;
   std::map<std::string, at::Tensor> weights;
 };
 
 // One rank, the whole batch, the replicated optimizer: the reference.
-Trace train_reference(const std::map<std::string, at::Tensor>& state) {
-  auto model = toy_from(state);
+Trace train_reference(const Case& c) {
+  auto model = c.make();
   DataParallelOptimizer opt(model->parameters(), optim(), nullptr, "optim");
-  auto [x, y] = data();
   Trace t;
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
-    auto loss = torch::mse_loss(model->forward(x, nullptr), y);
+    auto loss = c.loss(*model, nullptr, 0, kRows);
     loss.backward();
     t.losses.push_back(loss.item<double>());
     t.norms.push_back(opt.step(kMaxNorm));
   }
-  for (const auto& item : model->named_parameters()) t.weights[item.key()] = item.value().detach().clone();
+  t.weights = state_of(*model);
   return t;
 }
 
@@ -109,28 +188,32 @@ using test::run_ranks;
 
 // n ranks, each with kRows / n rows in two micro-batches (gradient accumulation: only the last
 // one synchronizes), the sharded optimizer.
-std::vector<Trace> train_sharded(const std::map<std::string, at::Tensor>& state, int n, int64_t fsdp_size,
-                                 bool reshard_after_forward, ShardingStrategy expected) {
+// With `offload`, param_offload and optimizer_offload through the testing copies: the shards and
+// the moments move to separate host copies between uses, as on a GPU.
+std::vector<Trace> train_sharded(const Case& c, int n, int64_t fsdp_size, bool reshard_after_forward,
+                                 ShardingStrategy expected, bool offload = false) {
   std::vector<Trace> traces(static_cast<size_t>(n));
   test::RankChecks checks;
   run_ranks(n, [&](const std::shared_ptr<ProcessGroup>& pg) {
-    auto model = toy_from(state);
-    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, fsdp_size),
-                                             FsdpOptions{.reshard_after_forward = reshard_after_forward});
+    auto model = c.make();
+    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, fsdp_size),
+                                             FsdpOptions{.reshard_after_forward = reshard_after_forward,
+                                                         .param_offload = offload,
+                                                         .optimizer_offload = offload,
+                                                         .offload_cpu_copies = offload});
     RANK_CHECK(checks, fsdp->strategy() == expected);
+    RANK_CHECK(checks, fsdp->offloaded() == offload);  // from construction on
     ShardedOptimizer opt(fsdp, optim(), "optim");
-    auto [x, y] = data();
-    const int64_t rows = kRows / n;
-    auto mine_x = x.narrow(0, pg->rank() * rows, rows), mine_y = y.narrow(0, pg->rank() * rows, rows);
+    const int64_t rows = kRows / n, half = rows / 2;
     auto& t = traces[static_cast<size_t>(pg->rank())];
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
       double loss_sum = 0.0;
-      const auto xs = mine_x.chunk(2), ys = mine_y.chunk(2);
-      for (size_t m = 0; m < xs.size(); ++m) {
-        fsdp->set_requires_gradient_sync(m + 1 == xs.size());
-        const double share = static_cast<double>(xs[m].size(0)) / static_cast<double>(rows);
-        auto loss = torch::mse_loss(model->forward(xs[m], fsdp.get()), ys[m]) * share;
+      for (int m = 0; m < 2; ++m) {
+        fsdp->set_requires_gradient_sync(m == 1);
+        const int64_t count = m == 0 ? half : rows - half;
+        const double share = static_cast<double>(count) / static_cast<double>(rows);
+        auto loss = c.loss(*model, fsdp.get(), pg->rank() * rows + m * half, count) * share;
         loss.backward();
         fsdp->finish_backward();
         loss_sum += loss.item<double>();
@@ -139,11 +222,12 @@ std::vector<Trace> train_sharded(const std::map<std::string, at::Tensor>& state,
       pg->all_reduce(global, ReduceOp::avg);
       t.losses.push_back(global.item<double>());
       t.norms.push_back(opt.step(kMaxNorm));
+      RANK_CHECK(checks, fsdp->offloaded() == offload);
     }
     fsdp->for_each_full_parameter(
         [&](const std::string& name, const at::Tensor& full) { t.weights[name] = full.clone(); });
   });
-  checks.report(n);
+  checks.report(n * (2 + kSteps));
   return traces;
 }
 
@@ -169,36 +253,138 @@ void check_same_training(const Trace& got, const Trace& ref) {
 }  // namespace
 
 TEST_CASE("10 sharded steps on 2 and 4 ranks match one rank on the same global batch (fp32, 1e-5)") {
-  const auto state = initial_state();
-  const auto ref = train_reference(state);
+  const auto c = toy_case();
+  const auto ref = train_reference(c);
   CHECK(ref.norms.front() > kMaxNorm);  // the clip is exercised
   CHECK(ref.losses.back() < ref.losses.front());
   for (int n : {2, 4}) {
     SECTION("FULL_SHARD on " + std::to_string(n) + " ranks") {
-      for (const auto& t : train_sharded(state, n, -1, true, ShardingStrategy::full_shard)) check_same_training(t, ref);
+      for (const auto& t : train_sharded(c, n, -1, true, ShardingStrategy::full_shard)) check_same_training(t, ref);
     }
     SECTION("SHARD_GRAD_OP on " + std::to_string(n) + " ranks") {
-      for (const auto& t : train_sharded(state, n, -1, false, ShardingStrategy::shard_grad_op))
-        check_same_training(t, ref);
+      for (const auto& t : train_sharded(c, n, -1, false, ShardingStrategy::shard_grad_op)) check_same_training(t, ref);
     }
     SECTION("NO_SHARD on " + std::to_string(n) + " ranks") {
-      for (const auto& t : train_sharded(state, n, 1, true, ShardingStrategy::no_shard)) check_same_training(t, ref);
+      for (const auto& t : train_sharded(c, n, 1, true, ShardingStrategy::no_shard)) check_same_training(t, ref);
     }
   }
   SECTION("HYBRID_SHARD on 4 ranks: shard groups of 2, replicated twice") {
-    for (const auto& t : train_sharded(state, 4, 2, true, ShardingStrategy::hybrid_shard)) check_same_training(t, ref);
+    for (const auto& t : train_sharded(c, 4, 2, true, ShardingStrategy::hybrid_shard)) check_same_training(t, ref);
   }
+}
+
+TEST_CASE("a language model whose head goes through FsdpModule::head trains as one rank (tied and untied, 1e-5)") {
+  for (bool tied : {true, false}) {
+    const auto c = lm_case(tied);
+    const auto ref = train_reference(c);
+    CHECK(ref.norms.front() > kMaxNorm);
+    CHECK(ref.losses.back() < ref.losses.front());
+    const std::string head = tied ? "tied head" : "untied head";
+    for (int n : {2, 4}) {
+      SECTION("FULL_SHARD, " + head + ", " + std::to_string(n) + " ranks") {
+        for (const auto& t : train_sharded(c, n, -1, true, ShardingStrategy::full_shard)) check_same_training(t, ref);
+      }
+      SECTION("SHARD_GRAD_OP, " + head + ", " + std::to_string(n) + " ranks") {
+        for (const auto& t : train_sharded(c, n, -1, false, ShardingStrategy::shard_grad_op))
+          check_same_training(t, ref);
+      }
+    }
+    SECTION("NO_SHARD, " + head + ", 2 ranks") {
+      for (const auto& t : train_sharded(c, 2, 1, true, ShardingStrategy::no_shard)) check_same_training(t, ref);
+    }
+    SECTION("HYBRID_SHARD, " + head + ", 4 ranks in groups of 2") {
+      for (const auto& t : train_sharded(c, 4, 2, true, ShardingStrategy::hybrid_shard)) check_same_training(t, ref);
+    }
+  }
+}
+
+TEST_CASE("FULL_SHARD's peak is the shards plus the root and one layer, never the head weight and its gradient") {
+  // bytes of float32: the head weight (rows padded to 38 on 2 ranks only in the shards), the scale
+  const int64_t weight = kVocab * kDim * 4, scale = kDim * 4, layer = (kDim * kDim + kDim) * 4;
+  REQUIRE(weight > 3 * layer);  // the root's weight is the largest thing a backward gathers
+  for (bool engine_head : {true, false}) {
+    const auto c = lm_case(true, engine_head);
+    test::RankChecks checks;
+    std::vector<int64_t> rest(2), peak(2);
+    run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
+      auto model = c.make();
+      auto fsdp =
+          std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, -1), FsdpOptions{});
+      ShardedOptimizer opt(fsdp, optim(), "optim");
+      for (int s = 0; s < 2; ++s) {  // the second step starts with the shard gradients of the first
+        opt.zero_grad();
+        fsdp->reset_peak();
+        c.loss(*model, fsdp.get(), pg->rank() * 4, 4).backward();
+        fsdp->finish_backward();
+        opt.step(kMaxNorm);
+      }
+      const auto r = static_cast<size_t>(pg->rank());
+      rest[r] = fsdp->held_bytes();
+      peak[r] = fsdp->peak_held_bytes();
+      RANK_CHECK(checks, fsdp->materialized_bytes() == 0);
+    });
+    checks.report(2);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << (engine_head ? ", FsdpModule::head" : ", the plain head"));
+      // at rest: the master shards and their gradients (half of the padded rows each)
+      CHECK(rest[r] == 2 * 4 * ((kVocab + 1) / 2 * kDim + 3 * (kDim / 2 * kDim + kDim / 2) + kDim / 2));
+      if (engine_head) {
+        // the forward's root unit with one layer: backward holds less (the weight, then its
+        // gradient, the scale with its gradient; a layer's parameters and gradients with the next)
+        CHECK(peak[r] == rest[r] + weight + scale + layer);
+        CHECK(weight + 2 * scale <= weight + scale + layer);
+      } else {
+        CHECK(peak[r] >= rest[r] + 2 * weight);  // what the measurement would catch without head()
+      }
+    }
+  }
+}
+
+TEST_CASE("param_offload and optimizer_offload (moving to separate host copies) train bit-identically to without") {
+  for (bool tied : {true, false}) {
+    const auto c = lm_case(tied);
+    for (int64_t fsdp_size : {int64_t{-1}, int64_t{1}}) {  // FULL_SHARD, and NO_SHARD (parameters are shards)
+      const auto expected = fsdp_size == 1 ? ShardingStrategy::no_shard : ShardingStrategy::full_shard;
+      const auto plain = train_sharded(c, 2, fsdp_size, true, expected);
+      const auto moved = train_sharded(c, 2, fsdp_size, true, expected, /*offload=*/true);
+      for (size_t r = 0; r < 2; ++r) {
+        INFO((tied ? "tied" : "untied") << ", fsdp_size " << fsdp_size << ", rank " << r);
+        CHECK(moved[r].losses == plain[r].losses);
+        CHECK(moved[r].norms == plain[r].norms);
+        for (const auto& [name, w] : plain[r].weights) CHECK(torch::equal(moved[r].weights.at(name), w));
+      }
+    }
+  }
+}
+
+TEST_CASE("on CPU shards param_offload and optimizer_offload are a no-op: nothing moves") {
+  const auto c = lm_case(true);
+  test::RankChecks checks;
+  run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
+    auto model = c.make();
+    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, -1),
+                                             FsdpOptions{.param_offload = true, .optimizer_offload = true});
+    ShardedOptimizer opt(fsdp, optim(), "optim");
+    const void* before = fsdp->local_shards().front().data_ptr();
+    c.loss(*model, fsdp.get(), pg->rank() * 4, 4).backward();
+    fsdp->finish_backward();
+    opt.step(kMaxNorm);
+    RANK_CHECK(checks, !fsdp->offload_moves());
+    RANK_CHECK(checks, !fsdp->offloaded());
+    RANK_CHECK(checks, fsdp->local_shards().front().data_ptr() == before);  // the same memory all along
+  });
+  checks.report(2 * 3);
 }
 
 TEST_CASE("units follow the wrap policy: one per layer, small layers join the root") {
   auto model = toy_from(initial_state());
-  auto units = units_by_layer(named(model), 0);
+  auto units = units_by_layer(named(*model), 0);
   REQUIRE(units.size() == 4);
   CHECK(units[0].name == "layers.0");
   CHECK(units[2].parameters.size() == 2);
   CHECK(units.back().name == "root");
-  CHECK(units.back().parameters.size() == 4);      // embed and head, weight and bias
-  auto merged = units_by_layer(named(model), 43);  // a layer has 6 * 6 + 6 = 42 parameters
+  CHECK(units.back().parameters.size() == 4);       // embed and head, weight and bias
+  auto merged = units_by_layer(named(*model), 43);  // a layer has 6 * 6 + 6 = 42 parameters
   REQUIRE(merged.size() == 1);
   CHECK(merged[0].parameters.size() == 10);
 }
@@ -208,7 +394,7 @@ TEST_CASE("FULL_SHARD keeps 1/N of the parameters between steps and at most two 
   test::RankChecks checks;
   run_ranks(2, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = toy_from(state);
-    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, -1), FsdpOptions{});
+    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, -1), FsdpOptions{});
     RANK_CHECK(checks, fsdp->materialized_bytes() == 0);
     // rows padded to a multiple of 2: embed 6x5+6, layers 3 x (6x6+6), head 4x6+4 -> half each
     RANK_CHECK(checks, fsdp->sharded_bytes() == (36 + 3 * 42 + 28) / 2 * 4);
@@ -230,17 +416,17 @@ TEST_CASE("full parameters (a state dict) load into the shards of 4 ranks and ga
   test::RankChecks checks;
   run_ranks(4, [&](const std::shared_ptr<ProcessGroup>& pg) {
     auto model = toy_from(state);
-    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(model), 0), make_device_mesh(pg, -1), FsdpOptions{});
+    auto fsdp = std::make_shared<FsdpModule>(units_by_layer(named(*model), 0), make_device_mesh(pg, -1), FsdpOptions{});
     auto other = toy_from(state);
     {
       torch::NoGradGuard no_grad;
       for (auto& p : other->parameters()) p.mul_(2);
     }
-    fsdp->load_full_parameters(named(other), "doubled");
+    fsdp->load_full_parameters(named(*other), "doubled");
     fsdp->for_each_full_parameter([&](const std::string& name, const at::Tensor& full) {
       RANK_CHECK(checks, torch::equal(full, state.at(name) * 2));
     });
-    auto bad = named(other);
+    auto bad = named(*other);
     bad[0].tensor = torch::zeros({2, 2});
     checks.throws<hyflow::ShapeError>([&] { fsdp->load_full_parameters(bad, "bad"); }, "a parameter of another shape");
   });
@@ -259,7 +445,7 @@ TEST_CASE("a rank that leaves mid-step fails the others' collective with the gro
         auto pg = std::make_shared<ProcessGroup>(ProcessGroupOptions{
             .rank = r, .world_size = 2, .master_port = port, .timeout = std::chrono::seconds(2), .name = "toy"});
         auto model = toy_from(state);
-        FsdpModule fsdp(units_by_layer(named(model), 0), make_device_mesh(pg, -1), FsdpOptions{});
+        FsdpModule fsdp(units_by_layer(named(*model), 0), make_device_mesh(pg, -1), FsdpOptions{});
         pg->barrier();
         if (r == 1) return;  // dies before the step
         auto [x, y] = data();

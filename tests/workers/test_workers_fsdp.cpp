@@ -216,6 +216,21 @@ TEST_CASE("bf16 compute with fp32 master shards trains on 2 workers and stays cl
   CHECK(all_same(bf16.call(&ActorRolloutRefWorker::parameter_digest)));
 }
 
+TEST_CASE("on CPU workers param_offload and optimizer_offload are a no-op: a sharded actor trains as without") {
+  Runtime rt;
+  const auto base = actor_rollout_ref_config(4);
+  auto plain = actor_group(rt, 2, base);
+  auto offload = actor_group(rt, 2, with_fsdp(base, {{"param_offload", true}, {"optimizer_offload", true}}));
+  DataProto gen = plain.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  DataProto lp = plain.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  DataProto lp_offload = offload.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  CHECK(torch::equal(lp.batch.at("old_log_probs"), lp_offload.batch.at("old_log_probs")));
+  gen.union_with(lp.select(std::vector<std::string>{"old_log_probs"}));
+  CHECK(grad_norms(plain.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen))) ==
+        grad_norms(offload.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen))));
+  CHECK(digests(plain) == digests(offload));
+}
+
 // What "resumes" promises at another world size (docs/workers.md): the state a group loads is
 // bit-identical to the saved one (parameters, AdamW moments and steps, lr schedule position);
 // the next step then equals an uninterrupted run at that world size up to the rounding of the

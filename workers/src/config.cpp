@@ -90,8 +90,10 @@ void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_train
   if (!owner.describing())
     require(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
   s.read("fsdp_size", f.fsdp_size, {.help = "ranks per shard group (-1: all; 1: replicate; k: HYBRID_SHARD)"});
-  s.read("param_offload", f.param_offload, {.help = "host parameter shards between phases (no-op on CPU)"});
-  s.read("optimizer_offload", f.optimizer_offload, {.help = "host optimizer state between phases (no-op on CPU)"});
+  s.read("param_offload", f.param_offload,
+         {.help = "sharded fp32 parameters and grads in pinned host memory between uses (CPU: a no-op, said once)"});
+  s.read("optimizer_offload", f.optimizer_offload,
+         {.help = "sharded AdamW moments in pinned host memory between steps (CPU: a no-op, said once)"});
   s.read("reshard_after_forward", f.reshard_after_forward,
          {.help = "free a unit after forward (false: SHARD_GRAD_OP)"});
   {

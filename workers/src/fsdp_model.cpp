@@ -10,27 +10,44 @@ std::shared_ptr<parallel::FsdpModule> shard_model(torch::nn::Module& model,
                                                   const std::shared_ptr<parallel::ProcessGroup>& group,
                                                   const FsdpSection& config, const std::string& tag,
                                                   const std::string& path) {
-  // Offload moves shards to host memory between phases; on a CPU worker they are there
-  // already (a no-op, docs/parallel.md). On a GPU it is not built yet: refused, not ignored.
+  // Offload moves the sharded engine's shards (param_offload) and AdamW moments
+  // (optimizer_offload) to host memory between uses; on a CPU worker they are there already (a
+  // no-op, said once). The replicated path (one rank, or fsdp_size 1 in fp32) has no offload:
+  // a GPU model refuses the keys there rather than ignoring them.
   const auto tensors = model.parameters();
   const bool on_gpu = !tensors.empty() && !tensors.front().device().is_cpu();
-  if (on_gpu && (config.param_offload || config.optimizer_offload))
-    throw ValueError("config key '" + path + (config.param_offload ? ".param_offload" : ".optimizer_offload") +
-                     "': offloading shards of a model on " + tensors.front().device().str() +
-                     " is not implemented yet (on CPU workers the shards are in host memory already)");
-  if (!group) return nullptr;
+  const auto refuse_or_note = [&] {
+    for (const auto& [set, key] :
+         {std::pair{config.param_offload, "param_offload"}, std::pair{config.optimizer_offload, "optimizer_offload"}}) {
+      if (!set) continue;
+      if (on_gpu)
+        throw ValueError("config key '" + path + "." + key +
+                         "': offload needs the sharded engine; this role's model on " + tensors.front().device().str() +
+                         " is replicated (one rank, or fsdp_size 1 in fp32)");
+      parallel::note_offload_noop(std::string("fsdp_config.") + key);
+    }
+  };
+  if (!group) {
+    refuse_or_note();
+    return nullptr;
+  }
   auto mesh = parallel::make_device_mesh(group, config.fsdp_size, tag);
   const parallel::MixedPrecision precision{
       .param_dtype = parallel::parse_dtype(config.param_dtype, path + ".mixed_precision.param_dtype"),
       .reduce_dtype = parallel::parse_dtype(config.reduce_dtype, path + ".mixed_precision.reduce_dtype"),
       .buffer_dtype = parallel::parse_dtype(config.buffer_dtype, path + ".mixed_precision.buffer_dtype")};
-  if (mesh.shard_size() == 1 && precision.param_dtype == at::kFloat && precision.reduce_dtype == at::kFloat)
+  if (mesh.shard_size() == 1 && precision.param_dtype == at::kFloat && precision.reduce_dtype == at::kFloat) {
+    refuse_or_note();
     return nullptr;
+  }
   std::vector<parallel::NamedParameter> params;
   for (const auto& item : model.named_parameters()) params.push_back({item.key(), item.value()});
   return std::make_shared<parallel::FsdpModule>(
       parallel::units_by_layer(params, config.min_num_params), std::move(mesh),
-      parallel::FsdpOptions{.reshard_after_forward = config.reshard_after_forward, .mixed_precision = precision});
+      parallel::FsdpOptions{.reshard_after_forward = config.reshard_after_forward,
+                            .mixed_precision = precision,
+                            .param_offload = config.param_offload,
+                            .optimizer_offload = config.optimizer_offload});
 }
 
 at::Tensor sharded_hidden_states(models::TransformerImpl& transformer, const models::ModelConfig& config,
@@ -75,7 +92,10 @@ models::ResponseScores response_scores(models::CausalLM& model, parallel::FsdpMo
       batch.batch.contains("position_ids") ? batch.batch.at("position_ids") : models::position_ids_from_mask(mask);
   auto hidden =
       sharded_hidden_states(*model->model, model->config(), *fsdp, batch.batch.at("input_ids"), mask, positions);
-  auto scores = models::response_scores_from_logits(model->logits(hidden), batch.batch.at("responses"), options);
+  // the head through the engine: its backward frees the (tied) weight before forming its gradient
+  const auto& weight = model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight;
+  auto logits = fsdp->head(hidden, weight, [&model](const at::Tensor& x) { return model->logits(x); });
+  auto scores = models::response_scores_from_logits(logits, batch.batch.at("responses"), options);
   if (!torch::GradMode::is_enabled()) fsdp->end_forward();
   return scores;
 }

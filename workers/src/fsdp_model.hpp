@@ -29,8 +29,8 @@ at::Tensor sharded_hidden_states(models::TransformerImpl& transformer, const mod
                                  parallel::FsdpModule& fsdp, const at::Tensor& input_ids,
                                  const at::Tensor& attention_mask, const at::Tensor& position_ids);
 
-/// models::compute_response_scores through the sharded forward when `fsdp` is set. Without
-/// grad mode the engine frees everything before returning.
+/// models::compute_response_scores through the sharded forward when `fsdp` is set, the logits
+/// through FsdpModule::head. Without grad mode the engine frees everything before returning.
 models::ResponseScores response_scores(models::CausalLM& model, parallel::FsdpModule* fsdp, const DataProto& batch,
                                        const models::ScoreOptions& options);
 

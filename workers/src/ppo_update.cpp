@@ -65,14 +65,14 @@ std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(torch::nn::M
 }
 
 void load_sharded_optimizer_state(const RoleCheckpoint& role, const fs::path& dir) {
-  auto full = parallel::load_sharded_optimizer(dir);
-  const std::string source = "optimizer state of '" + dir.string() + "'";
-  if (role.fsdp) {
+  if (role.fsdp) {  // this rank's rows only
     auto* sharded = dynamic_cast<parallel::ShardedOptimizer*>(role.optimizer);
     if (!sharded) throw Error(role.worker + ": a sharded model without a sharded optimizer");
-    sharded->load_full_state(full.parameters, full.scheduler_steps, source);
+    parallel::load_sharded_optimizer(*sharded, *role.fsdp, dir);
     return;
   }
+  auto full = parallel::load_sharded_optimizer(dir);
+  const std::string source = "optimizer state of '" + dir.string() + "'";
   // a replicated model (one rank, or fsdp_size 1): the full state in the model's parameter order
   auto* replicated = dynamic_cast<parallel::DataParallelOptimizer*>(role.optimizer);
   if (!replicated) throw Error(role.worker + ": a replicated model without a data-parallel optimizer");
@@ -130,19 +130,23 @@ void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
   const bool same_world = saved_world_size == role.world_size;
   if (role.model && contents.loads("model")) {
     torch::NoGradGuard no_grad;
-    std::vector<parallel::NamedParameter> full;
-    models::NamedTensors tensors;
-    if (sharded_layout) {
-      full = parallel::load_sharded_parameters(dir);
-      for (const auto& p : full) tensors.emplace_back(p.name, p.tensor);
+    if (sharded_layout && role.fsdp) {
+      parallel::load_sharded_parameters(*role.fsdp, dir);  // this rank's rows only
     } else {
-      tensors = models::load_checkpoint_tensors(dir);
-      full = named_parameters(tensors);
+      std::vector<parallel::NamedParameter> full;
+      models::NamedTensors tensors;
+      if (sharded_layout) {
+        full = parallel::load_sharded_parameters(dir);
+        for (const auto& p : full) tensors.emplace_back(p.name, p.tensor);
+      } else {
+        tensors = models::load_checkpoint_tensors(dir);
+        full = named_parameters(tensors);
+      }
+      if (role.fsdp)
+        role.fsdp->load_full_parameters(full, dir.string());
+      else
+        models::load_parameters(*role.model, tensors, dir.string());
     }
-    if (role.fsdp)
-      role.fsdp->load_full_parameters(full, dir.string());
-    else
-      models::load_parameters(*role.model, tensors, dir.string());
   }
   if (role.optimizer && contents.loads("optimizer")) {
     if (sharded_layout)

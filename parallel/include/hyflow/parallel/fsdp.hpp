@@ -66,7 +66,25 @@ ShardingStrategy strategy_of(const DeviceMesh& mesh, bool reshard_after_forward)
 struct FsdpOptions {
   bool reshard_after_forward = true;  ///< false: SHARD_GRAD_OP
   MixedPrecision mixed_precision;
+  /// verl's fsdp_config.param_offload: the float32 master shards and their gradients live in
+  /// host memory (pinned) while the engine does not use them, and move to the device before a
+  /// forward, a gather or the optimizer step. Shards in host memory already (a CPU model): a
+  /// no-op, said once on stderr.
+  bool param_offload = false;
+  /// verl's fsdp_config.optimizer_offload: the ShardedOptimizer on this module keeps its AdamW
+  /// moments in host memory (pinned) between steps (a no-op for CPU shards, said once).
+  bool optimizer_offload = false;
+  /// Testing only: offloading CPU shards (and moments) moves them to a separate host copy and
+  /// back, the bookkeeping of the device path (training stays bit-identical).
+  bool offload_cpu_copies = false;
 };
+
+/// Host memory for `t` (pinned when `t` is on a CUDA device) holding its values.
+at::Tensor to_host_memory(const at::Tensor& t);
+
+/// Says once per process on stderr that `key` (param_offload, optimizer_offload) is a no-op for
+/// shards in host memory already.
+void note_offload_noop(const std::string& key);
 
 /// A named parameter of the model, in the order of the model's named_parameters().
 struct NamedParameter {
@@ -96,6 +114,7 @@ class FsdpModule {
   FsdpModule& operator=(const FsdpModule&) = delete;
 
   ShardingStrategy strategy() const;
+  const FsdpOptions& options() const;
   const DeviceMesh& mesh() const;
   int num_units() const;
   /// The index of the root unit (the last one).
@@ -118,6 +137,31 @@ class FsdpModule {
   void finish_backward();
   /// After a forward without grad mode: frees the root unit (and anything still gathered).
   void end_forward();
+  /// The language-model head on a root-unit parameter `weight` (out x in, the model's tensor):
+  /// returns forward(x), which must compute x @ weight^T (the model's own code, e.g.
+  /// CausalLM::logits, so the outputs are bit-equal), run without autograd. In backward the engine
+  /// computes x's gradient (which needs the full weight), releases the weight's full parameter
+  /// (nothing after the head needs it: an embedding lookup's backward reads only the indices), and
+  /// only then forms the weight's full gradient and reduce-scatters it at once (or, without
+  /// gradient sync, adds it to weight.grad()): the root unit never holds its largest parameter
+  /// and that parameter's full gradient together. A tied embedding's own gradient arrives in
+  /// weight.grad() at the end of backward and is reduced by finish_backward into the same shard.
+  /// Without grad mode (or when x needs no gradient) it is forward(x) on the gathered weight.
+  /// ValueError when `weight` is not a parameter of the root unit.
+  at::Tensor head(const at::Tensor& x, const at::Tensor& weight,
+                  const std::function<at::Tensor(const at::Tensor&)>& forward);
+  /// With param_offload: moves the master shards and their gradients to host memory / back to
+  /// the model's device (the shards keep their identity: the optimizer's parameters follow).
+  /// The engine calls them itself: onload before begin_forward, unshard_all,
+  /// for_each_full_parameter and loading, offload after end_forward, reshard_all and loading;
+  /// the sharded optimizer onloads before its step and offloads after. Otherwise nothing.
+  void offload();
+  void onload();
+  /// Whether offload() moves memory (param_offload with shards on a CUDA device, or the
+  /// testing copy); whether the shards are in host memory now.
+  bool offload_moves() const;
+  bool offloaded() const;
+
   /// Gradient accumulation: with false, backward keeps full gradients locally and communicates
   /// nothing; the next synchronized backward reduces the accumulated sum (verl's micro-batches).
   void set_requires_gradient_sync(bool sync);
@@ -146,13 +190,26 @@ class FsdpModule {
   /// Copies full parameters (by name, as a state dict) into the local shards; ShapeError /
   /// KeyError naming the parameter when one is missing or has another shape.
   void load_full_parameters(const std::vector<NamedParameter>& full, const std::string& source);
+  /// Loading without the full tensors: zeroes the master shards and calls fill(rows) with, per
+  /// parameter (shard_infos order), a writable contiguous (real rows, row_numel) float32 host
+  /// tensor for this rank's rows [r k, min((r + 1) k, rows)) of its shard (the shard's own rows
+  /// on CPU, copied to the device after fill otherwise; padding rows stay zero); then the
+  /// parameters show the loaded values (fsdp_checkpoint's row-range loader uses it).
+  void load_local_rows(const std::function<void(const std::vector<at::Tensor>& rows)>& fill);
 
   /// Bytes this rank holds now: master shards + their gradients, and full parameters and
   /// gradients currently materialized.
   int64_t sharded_bytes() const;
   int64_t materialized_bytes() const;
+  /// sharded_bytes() + materialized_bytes(): parameters and gradients this rank holds now
+  /// (communication buffers are not counted).
+  int64_t held_bytes() const;
   /// Most bytes of full parameters gathered at once since the last reset.
   int64_t peak_materialized_bytes() const;
+  /// Most held_bytes() at once since the last reset, counting the full gradient head() forms in
+  /// backward. The engine samples it wherever it allocates full tensors and before it releases
+  /// any (autograd only adds gradients in between), so it is the true maximum of the count.
+  int64_t peak_held_bytes() const;
   void reset_peak();
 
   struct Impl;  ///< opaque (public so that the engine's autograd boundaries can name it)

@@ -29,6 +29,8 @@ class ShardedOptimizer : public Optimizer {
   /// The gradients are already reduced into the shards (FsdpModule::finish_backward). The norm
   /// is sqrt of the sum over the shard group of each rank's squared shard norms (replicas hold
   /// equal shards); clipped as torch's clip_grad_norm_ (max_norm / (norm + 1e-6) when below 1).
+  /// With the module's param_offload / optimizer_offload the shards and the moments come to the
+  /// device for the step and go back to host memory after it.
   double step(double max_norm) override;
   double lr() const override;
   void scheduler_step() override;
@@ -45,10 +47,18 @@ class ShardedOptimizer : public Optimizer {
   /// Resharding: takes this rank's rows of full AdamW state (by parameter name; padding rows
   /// zero) and the schedule position. KeyError / ShapeError naming `source` and the parameter.
   void load_full_state(const std::vector<NamedAdamState>& full, int64_t scheduler_steps, const std::string& source);
+  /// Takes this rank's AdamW state as shard_state() gives it (moments flat like the local shards,
+  /// undefined: not stepped) and the schedule position; ShapeError naming `source` otherwise.
+  void load_shard_state(const std::vector<AdamState>& mine, int64_t scheduler_steps, const std::string& source);
 
  private:
+  double step_on_device(double max_norm);
+  // FsdpOptions::optimizer_offload: the moments to host memory after a step, back before one
+  void move_state(bool to_host);
+
   std::shared_ptr<FsdpModule> module_;
   std::unique_ptr<DataParallelOptimizer> local_;
+  bool state_offloaded_ = false;
 };
 
 }  // namespace hyflow::parallel
