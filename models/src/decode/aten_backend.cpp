@@ -4,6 +4,7 @@
 #include "aten_backend.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/cuda/linear.hpp>
 #include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/cuda/sampling.hpp>
 
@@ -94,8 +95,12 @@ at::Tensor AtenBackend::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
   return weight * h.to(x.scalar_type());
 }
 
+// x W^T + b. float32 CPU tensors take the model's own choice (oneDNN unless set_onednn_linear(false):
+// Debian's LibTorch multiplies on the reference BLAS); devices and other dtypes take ATen's.
 at::Tensor AtenBackend::linear(const at::Tensor& x, const torch::nn::Linear& layer) const {
-  return F::linear(x, layer->weight, layer->options.bias() ? layer->bias : at::Tensor());
+  const auto bias = layer->options.bias() ? layer->bias : at::Tensor();
+  if (onednn_linear_enabled() && cuda::onednn_linear_supported(x)) return cuda::onednn_linear(x, layer->weight, bias);
+  return F::linear(x, layer->weight, bias);
 }
 
 void AtenBackend::forward(const std::vector<AtenRow>& rows) {
@@ -173,7 +178,8 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   }
   auto last = rms_norm(x.index_select(0, logits_rows), m_.norm->weight);
   const auto& head = model_->lm_head ? model_->lm_head->weight : m_.embed_tokens->weight;
-  logits_ = F::linear(last, head);
+  logits_ = onednn_linear_enabled() && cuda::onednn_linear_supported(last) ? cuda::onednn_linear(last, head)
+                                                                           : F::linear(last, head);
 }
 
 void AtenBackend::choose(const std::vector<AtenPick>& picks, const DecodeSampling& sampling,
