@@ -94,7 +94,11 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   auto eos = torch::tensor(eos_ids, prompt_ids.options());
 
   for (int64_t step = 0; step < R; ++step) {
-    auto tokens = cuda::sample(logits, sampling, generator);  // (N,)
+    // A CPU generator cannot draw on a device: there rows are sampled by the counter-based
+    // sampler, keyed by (seed, row, step), which needs no generator (the seam to the GPU path).
+    auto tokens = logits.device().is_cpu() ? cuda::sample(logits, sampling, generator)
+                                           : cuda::sample_seeded(logits, sampling, options.seed,
+                                                                 static_cast<uint64_t>(step));  // (N,)
     tokens = tokens.masked_fill(finished, pad_id);
     responses.select(1, step).copy_(tokens);
     response_mask.select(1, step).copy_(finished.logical_not());
