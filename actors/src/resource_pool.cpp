@@ -50,6 +50,22 @@ void ResourcePool::add_node(int process_count) {
   process_on_nodes_.push_back(process_count);
 }
 
+bool ResourcePool::wants_gpus(const std::string& device, const std::vector<int>& workers_per_node,
+                              const std::vector<int>& gpus_per_node, const std::string& key) {
+  if (device == "cpu") return false;
+  if (device != "cuda" && device != "auto")
+    throw ValueError("config key '" + key + "' must be cpu, cuda or auto, got '" + device + "'");
+  for (size_t i = 0; i < workers_per_node.size(); ++i) {
+    const int gpus = i < gpus_per_node.size() ? gpus_per_node[i] : 0;
+    if (gpus >= workers_per_node[i]) continue;
+    if (device == "auto") return false;
+    throw ValueError("config key '" + key + "' is cuda, but node " + std::to_string(i) + " offers " +
+                     std::to_string(gpus) + " CUDA device(s) for its " + std::to_string(workers_per_node[i]) +
+                     " workers (one each; nodes offer " + list_str(gpus_per_node) + ")");
+  }
+  return true;
+}
+
 std::vector<WorkerEnv> ResourcePool::place(const std::string& name_prefix, const std::string& type,
                                            const std::string& master_addr, int master_port) const {
   std::vector<WorkerEnv> out;

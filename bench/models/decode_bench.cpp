@@ -10,11 +10,15 @@
 //   decode_gflops          batch-32 arithmetic rate vs the sgemm peers
 //   prefix_sharing_*       prefill time and KV bytes per prompt, n = 8 vs n = 1
 //   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
+//   decode_aten_cpu        the engine's ATen backend (the device path) vs its CPU kernels on CPU tensors
+//   decode_device_*        on cuda:0 (Qwen2-0.5B shape, bf16): engine tokens/s vs a PyTorch eager loop on the
+//                          same device, and the HBM roofline fraction; one "skipped" line without a GPU
 //
-// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling]
+// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]
 // (scaling: the engine's decode-step figures of both shapes alone, without the reference
 // generate() and the token check, for repeated runs)
-// Times are CPU time of the process unless --wall (see now_s).
+// Times are CPU time of the process unless --wall (see now_s); the device figures are wall time
+// after a device synchronization.
 
 #include "bench_json.hpp"
 
@@ -24,6 +28,7 @@
 #include <hyflow/models/decode_engine.hpp>
 #include <hyflow/models/generation.hpp>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +36,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -438,6 +445,156 @@ void bench_gemm() {
   decode::limit_kernel_isa(decode::Isa::kAvx512);
 }
 
+// Requests of `batch` random prompts of prompt_len tokens, max_new_tokens each, no EOS.
+std::vector<DecodeRequest> greedy_requests(int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab) {
+  std::vector<DecodeRequest> requests;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+    for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = 3 + (b * 7919 + t * 104729) % (vocab - 3);
+    requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = new_tokens, .first_row_id = b});
+  }
+  return requests;
+}
+
+// The ATen backend (the device path) against the CPU kernels on the 42M shape, CPU tensors:
+// what the portable path costs where the kernels exist (its linears run on LibTorch's BLAS).
+void bench_aten_cpu(bool quick) {
+  torch::manual_seed(0);
+  CausalLM model(shape_42m());
+  const int64_t prompt_len = 16, new_tokens = quick ? 8 : 16;
+  for (int64_t batch : {1, 8, 32}) {
+    const auto requests = greedy_requests(batch, prompt_len, new_tokens, model->config().vocab_size);
+    const DecodeSampling greedy{.sampling = {.greedy = true}};
+    DecodeEngine kernels(model), aten(model, {.backend = DecodeBackend::kAten});
+    std::vector<DecodeOutput> a, k;
+    kernels.run(requests, greedy);  // warm-up: packing, the KV pool's first touch
+    aten.run(requests, greedy);
+    const double kernels_s = seconds([&] { k = kernels.run(requests, greedy); });
+    const double aten_s = seconds([&] { a = aten.run(requests, greedy); });
+    bool identical = a.size() == k.size();
+    for (size_t i = 0; identical && i < a.size(); ++i) identical = a[i].tokens == k[i].tokens;
+    const double tokens = static_cast<double>(batch * new_tokens);
+    emit("decode_aten_cpu",
+         "42M greedy b" + std::to_string(batch) + " p16 +" + std::to_string(new_tokens) + ", ATen backend on CPU",
+         tokens / aten_s, "tokens/s", "the engine's CPU kernels", tokens / kernels_s, kernels_s / aten_s,
+         {{"tokens_identical", identical}});
+  }
+}
+
+// Qwen2-0.5B's shape (Qwen2.5-0.5B's config.json), random weights.
+ModelConfig shape_qwen2_0_5b() {
+  return ModelConfig{.architecture = "Qwen2ForCausalLM",
+                     .vocab_size = 151936,
+                     .hidden_size = 896,
+                     .intermediate_size = 4864,
+                     .num_hidden_layers = 24,
+                     .num_attention_heads = 14,
+                     .num_key_value_heads = 2,
+                     .max_position_embeddings = 32768,
+                     .rms_norm_eps = 1e-6,
+                     .rope_theta = 1000000.0,
+                     .qkv_bias = true,
+                     .tie_word_embeddings = true};
+}
+
+// The first interpreter that imports torch with CUDA: the peer must run on the same device.
+std::string torch_python() {
+  for (const char* py : {"python3", "/usr/bin/python3"}) {
+    const std::string probe =
+        std::string(py) + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null";
+    if (std::system(probe.c_str()) == 0) return py;
+  }
+  return {};
+}
+
+// The peer's tokens/s at `batch` (peer_torch.py --device cuda), or -1 when it cannot run.
+double peer_device_tokens_per_s(const std::string& python, int64_t batch, int64_t prompt_len, int64_t new_tokens) {
+  if (python.empty()) return -1.0;
+  const std::string cmd = python + " " + HYFLOW_MODELS_PEER_SCRIPT + " --case qwen2_0_5b --device cuda --dtype bf16" +
+                          " --only generate --repeats 2 --gen-batch " + std::to_string(batch) + " --prompt-len " +
+                          std::to_string(prompt_len) + " --new-tokens " + std::to_string(new_tokens);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1.0;
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
+  if (pclose(pipe) != 0) return -1.0;
+  const auto line = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+  return line.is_object() && line.contains("tokens_per_s") ? line["tokens_per_s"].get<double>() : -1.0;
+}
+
+// Decode on cuda:0: the engine's ATen backend on a bf16 Qwen2-0.5B-shaped model against a
+// PyTorch eager KV-cache loop on the same device, and the step time against the HBM roofline
+// (weight bytes per step / the bandwidth of a large device copy measured in this run).
+void bench_device(bool quick) {
+  if (!torch::cuda::is_available()) {
+    std::cout << nlohmann::json{{"bench", "decode_device"},
+                                {"case", "Qwen2-0.5B shape bf16 on cuda:0"},
+                                {"skipped", "no CUDA device visible: the device figures were not measured"}}
+                     .dump()
+              << std::endl;
+    return;
+  }
+  g_wall = true;  // device work is not the process's CPU time
+  const auto device = c10::Device(c10::kCUDA, 0);
+  const auto sync = [] { torch::cuda::synchronize(); };
+  // Device bandwidth: a 1 GiB device-to-device copy reads and writes every byte.
+  double bandwidth = 0.0;
+  {
+    auto a = torch::empty({int64_t{1} << 28}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    auto b = torch::empty_like(a);
+    b.copy_(a);
+    sync();
+    const double s = best_of(5, [&] {
+      b.copy_(a);
+      sync();
+    });
+    bandwidth = 2.0 * static_cast<double>(a.nbytes()) / s / 1e9;
+    emit("decode_device_bandwidth", "cuda:0 copy of 1 GiB (read + write)", bandwidth, "GB/s", "none", 0.0, 1.0);
+  }
+  torch::manual_seed(0);
+  const auto config = shape_qwen2_0_5b();
+  CausalLM model(config);
+  model->to(device, torch::kBFloat16);
+  const double weight_bytes = 2.0 * static_cast<double>(config.num_parameters());  // tied head read once
+  const std::string python = torch_python();
+  const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
+  for (int64_t batch : {1, 8, 32}) {
+    const auto long_run = greedy_requests(batch, prompt_len, new_tokens, config.vocab_size);
+    const auto short_run = greedy_requests(batch, prompt_len, new_tokens / 2, config.vocab_size);
+    const DecodeSampling greedy{.sampling = {.greedy = true}};
+    DecodeEngine engine(model);
+    engine.run(long_run, greedy);  // warm-up: the KV pool, the caching allocator
+    sync();
+    const double step_s = (seconds([&] {
+                             engine.run(long_run, greedy);
+                             sync();
+                           }) -
+                           seconds([&] {
+                             engine.run(short_run, greedy);
+                             sync();
+                           })) /
+                          static_cast<double>(new_tokens - new_tokens / 2);
+    const double whole_s = seconds([&] {
+      engine.run(long_run, greedy);
+      sync();
+    });
+    const double tokens = static_cast<double>(batch * new_tokens);
+    const double peer = peer_device_tokens_per_s(python, batch, prompt_len, new_tokens);
+    const std::string c =
+        "Qwen2-0.5B shape bf16 cuda:0 greedy b" + std::to_string(batch) + " p16 +" + std::to_string(new_tokens);
+    emit("decode_device_tokens_per_s", c, tokens / whole_s, "tokens/s", "PyTorch eager KV-cache loop (peer_torch.py)",
+         peer, peer > 0 ? tokens / whole_s / peer : 0.0, {{"peer_ran", peer > 0}, {"step_ms", step_s * 1e3}});
+    if (batch == 1) {
+      const double roof_s = weight_bytes / (bandwidth * 1e9);
+      emit("decode_device_roofline", "Qwen2-0.5B shape bf16 cuda:0 batch 1 decode step", roof_s / step_s,
+           "fraction of roofline", "weight bytes per step / measured copy bandwidth (ms)", roof_s * 1e3,
+           roof_s / step_s,
+           {{"step_ms", step_s * 1e3}, {"weight_mb", weight_bytes / 1e6}, {"bandwidth_gbs", bandwidth}});
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -455,11 +612,19 @@ int main(int argc, char** argv) {
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling]\n";
+      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]\n";
       return 2;
     }
   }
   torch::set_num_threads(threads);
+  if (only == "device") {
+    bench_device(quick);
+    return 0;
+  }
+  if (only == "aten") {
+    bench_aten_cpu(quick);
+    return 0;
+  }
   Figures f{};
   nlohmann::json detail = nlohmann::json::object();
   f.bandwidth = read_bandwidth_gbs(detail);
@@ -489,6 +654,10 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "42m") {
     bench_prefix_sharing(quick);
     bench_continuous(quick);
+  }
+  if (only.empty()) {
+    bench_aten_cpu(quick);
+    bench_device(quick);
   }
   return 0;
 }

@@ -4,8 +4,9 @@ SwiGLU, optional QKV bias, tied embeddings), the same preallocated KV-cache gree
 the same training step (forward, next-token cross-entropy, backward, AdamW), on random
 weights. Prints one JSON object per measurement; models_bench runs it in the same run.
 
-Usage: python3 peer_torch.py --case tiny|50m --threads 2 --gen-batch 8 --prompt-len 16
-       --new-tokens 32 --train-batch 8 --train-len 128 --repeats 3"""
+Usage: python3 peer_torch.py --case tiny|50m|qwen2_0_5b --threads 2 --gen-batch 8 --prompt-len 16
+       --new-tokens 32 --train-batch 8 --train-len 128 --repeats 3 [--device cuda --dtype bf16 --only generate]
+decode_bench runs it with --device cuda (the device figures: the same loop on the same GPU)."""
 import argparse
 import json
 import math
@@ -19,6 +20,8 @@ CONFIGS = {
     # must match hyflow::models::tiny_config(64) and bench_50m_config()
     "tiny": dict(vocab=64, d=128, ffn=384, layers=4, heads=4, kv_heads=2, theta=10000.0, qkv_bias=True),
     "50m": dict(vocab=32000, d=512, ffn=1536, layers=10, heads=8, kv_heads=4, theta=500000.0, qkv_bias=False),
+    # decode_bench's shape_qwen2_0_5b() (Qwen2.5-0.5B's config.json)
+    "qwen2_0_5b": dict(vocab=151936, d=896, ffn=4864, layers=24, heads=14, kv_heads=2, theta=1000000.0, qkv_bias=True),
 }
 
 
@@ -85,7 +88,7 @@ class Model(nn.Module):
         self.layers = nn.ModuleList(Layer(c) for _ in range(c["layers"]))
         self.norm = RMSNorm(c["d"])
         hd = c["d"] // c["heads"]
-        self.inv_freq = 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        self.register_buffer("inv_freq", 1.0 / (c["theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)))
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -95,8 +98,8 @@ class Model(nn.Module):
     def forward(self, ids, mask, positions, caches=None, length=0, last_only=False):
         B, T = ids.shape
         S = length + T
-        qpos = torch.arange(length, S).view(T, 1)
-        kpos = torch.arange(0, S).view(1, S)
+        qpos = torch.arange(length, S, device=ids.device).view(T, 1)
+        kpos = torch.arange(0, S, device=ids.device).view(1, S)
         blocked = (kpos > qpos).view(1, 1, T, S) | (~mask.bool()).view(B, 1, 1, S)
         h = self.embed(ids)
         freqs = positions.float().unsqueeze(-1) * self.inv_freq
@@ -113,14 +116,15 @@ def generate_greedy(model, ids, mask, new_tokens):
     c = model.c
     B, P = ids.shape
     hd = c["d"] // c["heads"]
-    caches = [(torch.empty(B, c["kv_heads"], P + new_tokens, hd), torch.empty(B, c["kv_heads"], P + new_tokens, hd))
-              for _ in range(c["layers"])]
+    like = dict(device=ids.device, dtype=model.embed.weight.dtype)
+    caches = [(torch.empty(B, c["kv_heads"], P + new_tokens, hd, **like),
+               torch.empty(B, c["kv_heads"], P + new_tokens, hd, **like)) for _ in range(c["layers"])]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     logits = model(ids, mask, positions, caches, 0, last_only=True)[:, -1]
-    full_mask = torch.cat((mask, torch.ones(B, new_tokens, dtype=mask.dtype)), 1)
+    full_mask = torch.cat((mask, torch.ones(B, new_tokens, dtype=mask.dtype, device=ids.device)), 1)
     last = positions[:, -1]
-    finished = torch.zeros(B, dtype=torch.bool)
-    eos = torch.tensor([-1])  # never produced: every row runs to new_tokens, as in models_bench
+    finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    eos = torch.tensor([-1], device=ids.device)  # never produced: every row runs to new_tokens, as in models_bench
     out = []
     for step in range(new_tokens):
         tok = logits.argmax(-1).masked_fill(finished, 0)
@@ -134,19 +138,24 @@ def generate_greedy(model, ids, mask, new_tokens):
 
 
 def train_step(model, opt, ids):
-    logits = model(ids, torch.ones_like(ids), torch.arange(ids.shape[1]).expand_as(ids))
+    logits = model(ids, torch.ones_like(ids), torch.arange(ids.shape[1], device=ids.device).expand_as(ids))
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     opt.zero_grad()
     loss.backward()
     opt.step()
 
 
-def best_time(fn, repeats):
-    fn()  # warm-up
+def best_time(fn, repeats, device="cpu"):
+    def timed():
+        fn()
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    timed()  # warm-up
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        timed()
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -161,19 +170,27 @@ def main():
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--train-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--only", choices=["generate", "train"], default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     c = CONFIGS[a.case]
-    model = Model(c)
-    ids = torch.randint(c["vocab"], (a.gen_batch, a.prompt_len))
+    model = Model(c).to(device=a.device, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+    model.inv_freq = model.inv_freq.float()  # rotary angles stay float32, as in the model
+    ids = torch.randint(c["vocab"], (a.gen_batch, a.prompt_len)).to(a.device)
     mask = torch.ones_like(ids)
     mask[1::2, : a.prompt_len // 2] = 0  # every other prompt left-padded to half length
-    t = best_time(lambda: generate_greedy(model, ids, mask, a.new_tokens), a.repeats)
-    print(json.dumps({"case": a.case, "what": "generate", "tokens_per_s": a.gen_batch * a.new_tokens / t}), flush=True)
+    if a.only in (None, "generate"):
+        t = best_time(lambda: generate_greedy(model, ids, mask, a.new_tokens), a.repeats, a.device)
+        print(json.dumps({"case": a.case, "what": "generate", "tokens_per_s": a.gen_batch * a.new_tokens / t}),
+              flush=True)
+    if a.only == "generate":
+        return
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    train_ids = torch.randint(c["vocab"], (a.train_batch, a.train_len))
-    t = best_time(lambda: train_step(model, opt, train_ids), a.repeats)
+    train_ids = torch.randint(c["vocab"], (a.train_batch, a.train_len)).to(a.device)
+    t = best_time(lambda: train_step(model, opt, train_ids), a.repeats, a.device)
     print(json.dumps({"case": a.case, "what": "train", "tokens_per_s": a.train_batch * a.train_len / t}), flush=True)
 
 

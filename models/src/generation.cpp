@@ -94,7 +94,11 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
   auto eos = torch::tensor(eos_ids, prompt_ids.options());
 
   for (int64_t step = 0; step < R; ++step) {
-    auto tokens = cuda::sample(logits, sampling, generator);  // (N,)
+    // A CPU generator cannot draw on a device: there rows are sampled by the counter-based
+    // sampler, keyed by (seed, row, step), which needs no generator (the seam to the GPU path).
+    auto tokens = logits.device().is_cpu() ? cuda::sample(logits, sampling, generator)
+                                           : cuda::sample_seeded(logits, sampling, options.seed,
+                                                                 static_cast<uint64_t>(step));  // (N,)
     tokens = tokens.masked_fill(finished, pad_id);
     responses.select(1, step).copy_(tokens);
     response_mask.select(1, step).copy_(finished.logical_not());
@@ -112,11 +116,11 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
                        options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, options.n);
 }
 
-// Whether GenerationEngine::kDecode can take these prompts: a float32 CPU model, CPU prompts
-// whose last column is a real token in every row (left padding, as verl pads).
+// Whether GenerationEngine::kDecode can take these prompts: a model the engine runs (float32
+// CPU on its kernels; another dtype or a device on its ATen backend), prompts whose last column
+// is a real token in every row (left padding, as verl pads).
 bool decode_engine_applies(const CausalLM& model, const DataProto& prompts) {
   const auto& mask = prompts.batch.at("attention_mask");
-  if (!mask.device().is_cpu() || !prompts.batch.at("input_ids").device().is_cpu()) return false;
   if (mask.size(1) == 0 || !DecodeEngine::supports(model)) return false;
   return mask.select(1, mask.size(1) - 1).ne(0).all().item<bool>();
 }
@@ -134,9 +138,11 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
   if (!options.do_sample) sampling.sampling.greedy = true;
   const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
 
-  auto prompt_ids = prompts.batch.at("input_ids").to(at::kLong).contiguous();
-  auto prompt_mask = prompts.batch.at("attention_mask").to(at::kLong).contiguous();
-  auto prompt_pos = prompts.batch.contains("position_ids") ? prompts.batch.at("position_ids").to(at::kLong)
+  // The scheduler reads the prompts on the host; the rollout goes back to the prompts' device.
+  const auto device = prompts.batch.at("input_ids").device();
+  auto prompt_ids = prompts.batch.at("input_ids").to(at::kCPU, at::kLong).contiguous();
+  auto prompt_mask = prompts.batch.at("attention_mask").to(at::kCPU, at::kLong).contiguous();
+  auto prompt_pos = prompts.batch.contains("position_ids") ? prompts.batch.at("position_ids").to(at::kCPU, at::kLong)
                                                            : position_ids_from_mask(prompt_mask);
   prompt_pos = prompt_pos.contiguous();
   const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), R = options.max_new_tokens, n = options.n;
@@ -179,8 +185,10 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
     prompt_mask = prompt_mask.repeat_interleave(n, 0);
     prompt_pos = prompt_pos.repeat_interleave(n, 0);
   }
-  return rollout_batch(prompts, prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
-                       options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
+  auto out = rollout_batch(prompts, prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
+                           options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
+  if (!device.is_cpu()) out.to(device);
+  return out;
 }
 
 DataProto generate_with(CausalLM& model, const DataProto& prompts, const GenerationOptions& options,

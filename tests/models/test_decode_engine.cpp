@@ -1,4 +1,5 @@
 #include "../../models/src/decode/kernels.hpp"
+#include "decode_test_util.hpp"
 #include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
@@ -13,64 +14,9 @@
 
 using namespace hyflow;
 using namespace hyflow::models;
-using hyflow::models::testing::small_config;
+using namespace hyflow::models::testing;
 
 namespace {
-
-// A Llama shape with odd sizes: MHA, no bias, untied, head_dim 10, hidden sizes that are not
-// multiples of the 8-float vector width (the kernels' scalar tails run).
-ModelConfig llama_config() {
-  return ModelConfig{
-      .architecture = "LlamaForCausalLM",
-      .vocab_size = 53,
-      .hidden_size = 40,
-      .intermediate_size = 76,
-      .num_hidden_layers = 3,
-      .num_attention_heads = 4,
-      .num_key_value_heads = 4,
-      .max_position_embeddings = 128,
-      .tie_word_embeddings = false,
-      .initializer_range = 0.2,
-      .eos_token_ids = {2},
-      .pad_token_id = 0,
-  };
-}
-
-// A Qwen2 shape: GQA 4/2, QKV bias (set non-zero below), tied embeddings.
-ModelConfig qwen2_config() {
-  auto c = small_config();
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  return c;
-}
-
-CausalLM make_model(const ModelConfig& config, uint64_t seed) {
-  torch::manual_seed(seed);
-  CausalLM model(config);
-  torch::NoGradGuard g;
-  for (auto& item : model->named_parameters()) {
-    if (item.key().ends_with(".bias")) item.value().normal_(0.0, 0.2);  // biases that matter
-  }
-  return model;
-}
-
-DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows) {
-  int64_t P = 0;
-  for (const auto& r : rows) P = std::max<int64_t>(P, static_cast<int64_t>(r.size()));
-  const auto B = static_cast<int64_t>(rows.size());
-  auto ids = torch::zeros({B, P}, torch::kLong);
-  auto mask = torch::zeros({B, P}, torch::kLong);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto len = static_cast<int64_t>(rows[static_cast<size_t>(b)].size());
-    ids[b].narrow(0, P - len, len).copy_(torch::tensor(rows[static_cast<size_t>(b)], torch::kLong));
-    mask[b].narrow(0, P - len, len).fill_(1);
-  }
-  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}});
-}
-
-const std::vector<std::vector<int64_t>> kPrompts = {
-    {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, {11, 12}, {13, 14, 15, 16, 30}, {3}};
 
 // Caps the kernel build for a scope (the CPU's best build when it has no better one).
 struct KernelMode {
@@ -367,7 +313,7 @@ TEST_CASE("the engine's packed weights follow every change of the parameters and
   }
 }
 
-TEST_CASE("decode engine rejects bad requests and generate falls back for models it cannot run") {
+TEST_CASE("decode engine rejects bad requests and generate falls back for prompts it cannot run") {
   auto model = make_model(llama_config(), 27);
   DecodeEngine engine(model);
   DecodeSampling greedy{.sampling = {.greedy = true}};
@@ -378,11 +324,11 @@ TEST_CASE("decode engine rejects bad requests and generate falls back for models
   CHECK_THROWS_WITH(engine.run({DecodeRequest{.prompt = {1}, .n = 0}}, greedy), Catch::Contains("n must be > 0"));
   CHECK_THROWS_AS(DecodeEngine(model, DecodeEngineOptions{.block_size = 0}), ValueError);
 
-  model->to(torch::kBFloat16);
-  CHECK_FALSE(DecodeEngine::supports(model));
-  CHECK_THROWS_AS(DecodeEngine(model), ValueError);
+  // right-padded prompts (the last column is padding in one row) run the reference path
+  auto prompts = prompt_batch(kPrompts);
+  prompts.batch.at("attention_mask")[3][prompts.batch.at("attention_mask").size(1) - 1] = 0;
   GenerationOptions opts{.max_new_tokens = 4, .do_sample = false};
-  auto reference = generate(model, prompt_batch(kPrompts), opts);
+  auto reference = generate(model, prompts, opts);
   opts.engine = GenerationEngine::kDecode;
-  CHECK(torch::equal(reference.batch["responses"], generate(model, prompt_batch(kPrompts), opts).batch["responses"]));
+  CHECK(torch::equal(reference.batch["responses"], generate(model, prompts, opts).batch["responses"]));
 }

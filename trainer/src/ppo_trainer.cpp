@@ -15,6 +15,8 @@
 
 #include "trainer_metrics.hpp"
 
+#include <torch/cuda.h>
+
 #include <chrono>
 #include <deque>
 #include <future>
@@ -489,10 +491,17 @@ void PPOTrainer::Impl::setup() {
       static_cast<int>(c.get_int("actor_rollout_ref.rollout.n_gpus_per_node")));
   WorkerGroupOptions rollout_options = group_options;
   rollout_options.name_prefix = "rollout_";
+  // trainer.device (cpu | cuda | auto): GPUs give each worker cuda:<local rank>
+  const std::string device = c.get_string("trainer.device");
   if (c.is_null("cluster.nodes")) {
     runtime = std::make_unique<Runtime>();
-    bundle.emplace(*runtime, ResourcePool(per_node), colocated_spec(roles), group_options);
-    if (separate_async) rollout_wg.emplace(*runtime, ResourcePool(rollout_per_node), rollout_spec, rollout_options);
+    const int visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    auto pool = [&](const std::vector<int>& nodes) {  // every node's workers share this process's devices
+      const bool gpu = ResourcePool::wants_gpus(device, nodes, std::vector<int>(nodes.size(), visible));
+      return ResourcePool(nodes, 10, gpu ? visible : 8, gpu);
+    };
+    bundle.emplace(*runtime, pool(per_node), colocated_spec(roles), group_options);
+    if (separate_async) rollout_wg.emplace(*runtime, pool(rollout_per_node), rollout_spec, rollout_options);
   } else {
     // workers on caf-node processes: trainer.nnodes nodes (sorted by address) with
     // n_gpus_per_node workers each
@@ -527,9 +536,14 @@ void PPOTrainer::Impl::setup() {
     runtime = std::make_unique<Runtime>(ro);
     auto nodes = cluster::RemoteLauncher::connect(*runtime, std::move(options));
     runtime->set_launcher(nodes);
-    bundle.emplace(*runtime, nodes->pool(per_node), colocated_spec(roles), group_options);
+    std::vector<int> advertised;  // GPUs per node, in the launcher's node order
+    for (const auto& info : nodes->nodes()) advertised.push_back(info.gpus);
+    auto pool = [&](const std::vector<int>& workers) {
+      return nodes->pool(workers, ResourcePool::wants_gpus(device, workers, advertised));
+    };
+    bundle.emplace(*runtime, pool(per_node), colocated_spec(roles), group_options);
     // the rollout group's own workers (ranks) on the first rollout.nnodes nodes
-    if (separate_async) rollout_wg.emplace(*runtime, nodes->pool(rollout_per_node), rollout_spec, rollout_options);
+    if (separate_async) rollout_wg.emplace(*runtime, pool(rollout_per_node), rollout_spec, rollout_options);
   }
   std::vector<std::string> names;
   for (const auto& r : roles) names.push_back(r.first);

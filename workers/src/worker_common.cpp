@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 
 namespace hyflow::workers::detail {
 
@@ -58,17 +60,87 @@ bool meta_bool(const DataProto& data, const std::string& key, bool fallback, con
   return v->get<bool>();
 }
 
+std::vector<std::string> visible_devices(const char* cuda_visible_devices) {
+  std::vector<std::string> out;
+  if (cuda_visible_devices == nullptr) return out;
+  std::string entry;
+  for (const char* c = cuda_visible_devices;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      if (!entry.empty()) out.push_back(entry);
+      entry.clear();
+      if (*c == '\0') break;
+    } else if (*c != ' ') {
+      entry += *c;
+    }
+  }
+  return out;
+}
+
+WorkerDevice worker_device(const std::string& device, int64_t cuda_devices, const std::vector<std::string>& visible) {
+  const std::string requested = device.empty() ? std::string("cpu") : device;
+  if (requested == "auto") {
+    return cuda_devices > 0 ? worker_device("cuda:0", cuda_devices, visible) : WorkerDevice{};
+  }
+  std::optional<c10::Device> parsed;
+  try {
+    parsed.emplace(requested);
+  } catch (const std::exception&) {
+    throw ValueError("worker device '" + requested + "' (trainer.device): expected cpu, auto, cuda or cuda:<index>");
+  }
+  if (parsed->is_cpu()) return WorkerDevice{};
+  if (!parsed->is_cuda()) {
+    throw ValueError("worker device '" + requested + "' (trainer.device): only cpu and cuda devices are supported");
+  }
+  const auto env = [&] {
+    std::string list;
+    for (const auto& v : visible) list += (list.empty() ? "" : ",") + v;
+    return visible.empty() ? std::string("CUDA_VISIBLE_DEVICES unset") : "CUDA_VISIBLE_DEVICES=" + list;
+  };
+  if (cuda_devices <= 0) {
+    throw ValueError("worker device '" + requested +
+                     "' (trainer.device=cuda): no CUDA device is visible to this "
+                     "process (" +
+                     env() + ", " + std::to_string(cuda_devices) +
+                     " devices); set trainer.device=cpu, or auto to use GPUs only where present");
+  }
+  const int64_t index = parsed->has_index() ? parsed->index() : 0;
+  if (index >= cuda_devices) {
+    throw ValueError("worker device '" + requested + "': this process sees " + std::to_string(cuda_devices) +
+                     " CUDA device(s) (" + env() + "); local rank " + std::to_string(index) +
+                     " has none (lower trainer.n_gpus_per_node or widen CUDA_VISIBLE_DEVICES)");
+  }
+  const auto i = static_cast<size_t>(index);
+  return WorkerDevice{c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)),
+                      i < visible.size() ? visible[i] : std::to_string(index)};
+}
+
 c10::Device resolve_device(const std::string& device) {
-  c10::Device d(device.empty() ? std::string("cpu") : device);
-  if (d.is_cuda() && !torch::cuda::is_available()) return c10::Device(c10::kCPU);
-  return d;
+  const int64_t count = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  return worker_device(device, count, visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"))).device;
 }
 
 DataProto on_device(const DataProto& data, const std::vector<std::string>& keys, const c10::Device& device) {
   TensorDict out;
-  for (const auto& k : keys)
-    if (data.batch.contains(k)) out.set(k, data.batch.at(k).to(device));
+  for (const auto& k : keys) {
+    if (!data.batch.contains(k)) continue;
+    const auto& t = data.batch.at(k);
+    if (device.is_cpu() || t.device() == device) {
+      out.set(k, t.to(device));  // a no-op for a tensor already there
+    } else if (t.device().is_cpu()) {
+      out.set(k, (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true));
+    } else {
+      out.set(k, t.to(device));
+    }
+  }
   return DataProto(std::move(out), {}, data.meta_info);
+}
+
+DataProto& to_host(DataProto& data) {
+  for (const auto& key : data.batch.keys()) {
+    const auto& t = data.batch.at(key);
+    if (!t.device().is_cpu()) data.batch.set(key, t.to(c10::Device(c10::kCPU)));
+  }
+  return data;
 }
 
 std::filesystem::path optimizer_file(const std::filesystem::path& dir, int rank, int world_size) {

@@ -28,11 +28,38 @@ double meta_double(const DataProto& data, const std::string& key, double fallbac
 int64_t meta_int(const DataProto& data, const std::string& key, int64_t fallback, const std::string& method);
 bool meta_bool(const DataProto& data, const std::string& key, bool fallback, const std::string& method);
 
-/// The torch device of a worker's device string ("cpu", "cuda:1"); CPU when CUDA is absent.
+/// A worker's device and the physical GPU behind it.
+struct WorkerDevice {
+  c10::Device device{c10::kCPU};
+  std::string physical;  ///< the CUDA_VISIBLE_DEVICES entry of a CUDA device ("3", "GPU-<uuid>"); empty for the CPU
+};
+
+/// The entries of a CUDA_VISIBLE_DEVICES value ("0,2,3" -> {"0", "2", "3"}); empty when unset.
+std::vector<std::string> visible_devices(const char* cuda_visible_devices);
+
+/// The device of a worker's device string, a pure function of what this process sees:
+/// "cpu" (or empty) is the CPU; "auto" is cuda:0 when a CUDA device is visible, else the CPU;
+/// "cuda" is cuda:0 and "cuda:<i>" cuda:i (the resource pool hands out cuda:<local rank>). CUDA
+/// indices are logical, CUDA_VISIBLE_DEVICES semantics: cuda:i is the i-th visible device,
+/// `visible`[i] when the variable is set, else physical GPU i. `cuda_devices`: the CUDA
+/// devices this process sees (torch::cuda::device_count()). Asking for a CUDA device without
+/// one, or past the visible ones, is a ValueError naming trainer.device / n_gpus_per_node and
+/// CUDA_VISIBLE_DEVICES.
+WorkerDevice worker_device(const std::string& device, int64_t cuda_devices, const std::vector<std::string>& visible);
+
+/// worker_device for this process (torch::cuda::device_count() and CUDA_VISIBLE_DEVICES).
 c10::Device resolve_device(const std::string& device);
 
-/// The selected tensors of `data` on `device` (a new DataProto; `data` is untouched).
+/// The selected tensors of `data` on `device` (a new DataProto with its meta_info; `data` is
+/// untouched; absent keys are skipped). DataProto crosses the worker boundary on the host: for a
+/// CPU device the tensors pass through as they are (no copy); for a CUDA device each host
+/// tensor is staged in pinned memory and copied with non_blocking (ordered on the current
+/// stream; the first host read of a result waits for it).
 DataProto on_device(const DataProto& data, const std::vector<std::string>& keys, const c10::Device& device);
+
+/// Every tensor of `data` on the host, in place (results leave the worker on the host).
+/// Host tensors stay as they are.
+DataProto& to_host(DataProto& data);
 
 /// Per-rank files of a worker checkpoint directory.
 std::filesystem::path optimizer_file(const std::filesystem::path& dir, int rank, int world_size);

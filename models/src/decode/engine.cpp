@@ -6,6 +6,7 @@
 // read once per step for everything in flight.
 #include <hyflow/models/decode_engine.hpp>
 
+#include "aten_backend.hpp"
 #include "kernels.hpp"
 
 #include <hyflow/core/error.hpp>
@@ -188,6 +189,9 @@ struct DecodeEngine::State {
     return kv.data_ptr<float>() + (2 * layer + 1) * kv_blocks * block_size * kvdim();
   }
   int64_t block_size = 16;
+
+  // The ATen forward (DecodeBackend::kAten); null when the CPU kernels run.
+  std::unique_ptr<decode::AtenBackend> aten;
 };
 
 DecodeEngine::DecodeEngine(CausalLM& model, DecodeEngineOptions options)
@@ -198,11 +202,20 @@ DecodeEngine::DecodeEngine(CausalLM& model, DecodeEngineOptions options)
   if (options_.max_batch < 0) {
     throw ValueError("DecodeEngine: max_batch must be >= 0, got " + std::to_string(options_.max_batch));
   }
+  if (options_.backend == DecodeBackend::kKernels && !kernels_support(model)) {
+    throw ValueError("DecodeEngine: the CPU kernels need float32 contiguous CPU parameters");
+  }
   if (!supports(model)) {
-    throw ValueError("DecodeEngine: the model must have float32 contiguous CPU parameters");
+    throw ValueError(
+        "DecodeEngine: the model must have floating-point contiguous parameters of one dtype on one "
+        "device");
   }
   const auto& c = model->config();
   auto& s = *state_;
+  if (options_.backend == DecodeBackend::kAten ||
+      (options_.backend == DecodeBackend::kAuto && !kernels_support(model))) {
+    s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size);
+  }
   s.d = c.hidden_size;
   s.layers = c.num_hidden_layers;
   s.heads = c.num_attention_heads;
@@ -229,6 +242,14 @@ DecodeEngine::DecodeEngine(DecodeEngine&&) noexcept = default;
 DecodeEngine& DecodeEngine::operator=(DecodeEngine&&) noexcept = default;
 
 bool DecodeEngine::supports(const CausalLM& model) {
+  return decode::AtenBackend::supports(model);
+}
+
+DecodeBackend DecodeEngine::backend() const {
+  return state_->aten ? DecodeBackend::kAten : DecodeBackend::kKernels;
+}
+
+bool DecodeEngine::kernels_support(const CausalLM& model) {
   for (const auto& p : model->parameters()) {
     if (!p.device().is_cpu() || p.scalar_type() != at::kFloat || !p.is_contiguous()) return false;
   }
@@ -261,14 +282,17 @@ void grow(std::vector<float>& v, int64_t n) {
 std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& requests,
                                             const DecodeSampling& sampling) {
   c10::InferenceMode inference;
-  if (!supports(model_)) throw ValueError("DecodeEngine: the model must have float32 contiguous CPU parameters");
   cuda::validate(sampling.sampling);
   auto& st = *state_;
+  if (st.aten ? !supports(model_) : !kernels_support(model_)) {
+    throw ValueError(st.aten ? "DecodeEngine: the model's parameters are no longer of one floating dtype on one device"
+                             : "DecodeEngine: the model must have float32 contiguous CPU parameters");
+  }
   stats_ = DecodeStats{};
 
   // ---- refresh the packed weights that changed since the last run ----
   std::vector<const float*> packed_ptrs;
-  stats_.pack_s = seconds_of([&] {
+  stats_.pack_s = st.aten ? 0.0 : seconds_of([&] {
     const auto sources = linear_weights(model_);
     st.packed.resize(sources.size());
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -288,7 +312,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       packed_ptrs.push_back(pw.packed.data_ptr<float>());
     }
   });
-  const auto w = weights_of(model_, packed_ptrs);
+  const auto w = st.aten ? Weights{} : weights_of(model_, packed_ptrs);
   const int64_t bs = options_.block_size, kvdim = st.kvdim(), qdim = st.qdim(), D = st.head_dim;
   const bool greedy = sampling.sampling.is_greedy();
   const double lp_temperature = greedy ? 1.0 : sampling.sampling.temperature;
@@ -330,20 +354,23 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
 
   // Every live sequence holds at most ceil(max_len / bs) blocks, and sharing only lowers that.
   const int64_t blocks = max_batch * ((max_len + bs - 1) / bs);
-  if (blocks > st.kv_blocks || !st.kv.defined()) {
+  if (st.aten) {
+    st.kv_blocks = st.aten->prepare(blocks, max_pos);
+  } else if (blocks > st.kv_blocks || !st.kv.defined()) {
     st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
     st.kv_blocks = blocks;
   }
   st.pool.reset(st.kv_blocks);
-  stats_.kv_block_bytes = st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
-  if (!st.cos.defined() || st.cos.size(0) <= max_pos) {
+  stats_.kv_block_bytes =
+      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
+  if (!st.aten && (!st.cos.defined() || st.cos.size(0) <= max_pos)) {
     RotaryEmbedding rotary(D, model_->config().rope_theta, model_->config().rope_scaling);
     auto [cos, sin] = rotary.cos_sin(torch::arange(max_pos + 1, torch::kLong).unsqueeze(0), at::kFloat);
     st.cos = cos.reshape({max_pos + 1, D}).contiguous();
     st.sin = sin.reshape({max_pos + 1, D}).contiguous();
   }
-  const float* cos_table = st.cos.data_ptr<float>();
-  const float* sin_table = st.sin.data_ptr<float>();
+  const float* cos_table = st.aten ? nullptr : st.cos.data_ptr<float>();
+  const float* sin_table = st.aten ? nullptr : st.sin.data_ptr<float>();
 
   std::vector<int64_t> first_output(requests.size());
   for (size_t i = 0, o = 0; i < requests.size(); o += static_cast<size_t>(requests[i].n), ++i) {
@@ -544,7 +571,17 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     // Logits rows are packed in row order: decode rows first, then each prefill's last row.
     const int64_t first_prefill_logits = n_logits;
     n_logits += static_cast<int64_t>(prefilled.size());
-    const double dt = seconds_of([&] { forward(rows, n_logits); });
+    const double dt = seconds_of([&] {
+      if (!st.aten) return forward(rows, n_logits);
+      std::vector<decode::AtenRow> pass;  // the ATen backend's view of the rows
+      pass.reserve(rows.size());
+      for (const auto& row : rows) {
+        const auto& blocks = seqs[static_cast<size_t>(row.seq)].blocks;
+        pass.push_back(decode::AtenRow{row.token, row.position, row.index, blocks.data(),
+                                       static_cast<int64_t>(blocks.size()), row.logits});
+      }
+      st.aten->forward(pass);
+    });
     ++stats_.steps;
     stats_.prefill_tokens += prefill_tokens;
     stats_.decode_tokens += static_cast<int64_t>(running.size());
@@ -572,8 +609,9 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         if (src.length % bs != 0) {
           const int32_t copy = st.pool.allocate();
           const int32_t from = src.blocks[static_cast<size_t>(full)];
+          if (st.aten) st.aten->copy_positions(from, copy, src.length % bs);
           const auto count = static_cast<size_t>((src.length % bs) * D) * sizeof(float);  // per head
-          for (int64_t l = 0; l < st.layers; ++l) {
+          for (int64_t l = 0; !st.aten && l < st.layers; ++l) {
             for (float* base : {st.layer_keys(l), st.layer_values(l)}) {
               for (int64_t h = 0; h < st.kv_heads; ++h) {
                 std::memcpy(base + (copy * st.kv_heads + h) * bs * D, base + (from * st.kv_heads + h) * bs * D, count);
@@ -594,7 +632,14 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     }
 
     // Choose tokens; finished samples leave the batch and free their slots at once.
-    choose(picks);
+    if (st.aten) {
+      std::vector<decode::AtenPick> aten_picks;
+      aten_picks.reserve(picks.size());
+      for (const auto& p : picks) aten_picks.push_back(decode::AtenPick{p.logits_row, p.step, p.row_id});
+      st.aten->choose(aten_picks, sampling, chosen, chosen_lp);
+    } else {
+      choose(picks);
+    }
     std::vector<int64_t> next;
     next.reserve(running.size() + picks.size());
     for (size_t i = 0; i < picks.size(); ++i) {

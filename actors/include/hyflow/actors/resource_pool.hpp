@@ -29,8 +29,17 @@ class ResourcePool {
   int n_gpus_per_node() const { return n_gpus_per_node_; }
   bool use_gpu() const { return use_gpu_; }
 
+  /// Whether the workers of `workers_per_node` get GPUs under a device setting (verl's
+  /// trainer.device): "cpu" never; "cuda" always, a ValueError naming `key`, the node and both
+  /// counts when node i offers fewer than its workers (`gpus_per_node`[i]: the CUDA devices it
+  /// advertises or this process sees); "auto" when every node offers one per worker, else the
+  /// CPU. Other values are a ValueError naming `key`.
+  static bool wants_gpus(const std::string& device, const std::vector<int>& workers_per_node,
+                         const std::vector<int>& gpus_per_node, const std::string& key = "trainer.device");
+
   /// Deterministic placement: rank order is node order, then local rank. Names are
-  /// "{prefix}{type}_{node}:{local_rank}"; devices "cuda:{local_rank}" with use_gpu, else "cpu".
+  /// "{prefix}{type}_{node}:{local_rank}"; devices "cuda:{local_rank}" with use_gpu, else "cpu":
+  /// a logical index, the local_rank-th device of the node's CUDA_VISIBLE_DEVICES.
   std::vector<WorkerEnv> place(const std::string& name_prefix, const std::string& type, const std::string& master_addr,
                                int master_port) const;
 

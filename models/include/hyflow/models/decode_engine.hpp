@@ -16,12 +16,20 @@
 
 namespace hyflow::models {
 
+/// Which forward a DecodeEngine runs under its scheduler.
+enum class DecodeBackend {
+  kAuto,     ///< kKernels when the model allows it (float32, contiguous, CPU), else kAten
+  kKernels,  ///< packed float32 weights and the CPU GEMM / attention kernels (models/src/decode/kernels.hpp)
+  kAten,     ///< ATen ops on the model's own device and dtype: CUDA, bf16 / fp16, and CPU
+};
+
 /// Scheduling settings of a DecodeEngine.
 struct DecodeEngineOptions {
   int64_t max_batch = 0;              ///< most sequences decoding at once; 0: every sample of every request
   int64_t block_size = 16;            ///< KV cache positions per block
   bool share_prefix = true;           ///< the n samples of a prompt share its prefill and its full KV blocks
   int64_t max_prefill_tokens = 1024;  ///< prompt tokens admitted per step (at least one prompt)
+  DecodeBackend backend = DecodeBackend::kAuto;
 };
 
 /// One prompt and its samples.
@@ -60,9 +68,12 @@ struct DecodeStats {
   double pack_s = 0.0;         ///< time spent checking and packing them
 };
 
-/// Decodes requests on a CausalLM's float32 CPU parameters. The engine holds a packed copy of
-/// every linear weight (as much memory again as those weights) and checks at the start of each
-/// run() whether a parameter changed: another tensor, another data pointer or shape, or a
+/// Decodes requests on a CausalLM. Two forwards serve the same scheduler (DecodeBackend): the
+/// CPU kernels on float32 CPU parameters, and ATen ops on the model's device and dtype (CUDA,
+/// bf16 / fp16), whose per-pass work stays on the device and whose only read back per step is
+/// the chosen tokens (with their log-probs) for the stop check. With the kernels the engine
+/// holds a packed copy of every linear weight (as much memory again as those weights) and checks
+/// at the start of each run() whether a parameter changed: another tensor, another data pointer or shape, or a
 /// bumped version counter (every ATen in-place op bumps it: optimizer steps, copy_,
 /// load_state_dict); changed weights are repacked. Writes that bypass ATen (memcpy into
 /// data_ptr, collectives writing raw storage) bump nothing: call drop_packed_weights() after
@@ -76,8 +87,12 @@ class DecodeEngine {
   DecodeEngine(DecodeEngine&&) noexcept;
   DecodeEngine& operator=(DecodeEngine&&) noexcept;
 
-  /// Whether the model can run here: float32, contiguous parameters, on the CPU.
+  /// Whether the model can run here: floating-point contiguous parameters of one dtype on one device.
   static bool supports(const CausalLM& model);
+  /// Whether the CPU kernels can run it: float32, contiguous parameters, on the CPU.
+  static bool kernels_support(const CausalLM& model);
+  /// The backend this engine runs (kAuto resolved).
+  DecodeBackend backend() const;
 
   /// Runs every request to completion; outputs are in request order, then sample order.
   std::vector<DecodeOutput> run(const std::vector<DecodeRequest>& requests, const DecodeSampling& sampling);

@@ -15,10 +15,11 @@ namespace hyflow::models {
 /// Which implementation generate() runs.
 enum class GenerationEngine {
   kReference,  ///< the model's own forward on a KVCache, sampling from an at::Generator seeded with `seed`
-  /// DecodeEngine (decode_engine.hpp) on float32 CPU models: greedy tokens as kReference, log-probs
-  /// to float32 rounding; sampled tokens are keyed by (seed, row, step) (cuda::sample_seeded), so
-  /// they are reproducible for a seed but are not kReference's. Other models, or prompts whose last
-  /// column is padding, run kReference.
+  /// DecodeEngine (decode_engine.hpp): float32 CPU models on its CPU kernels, other dtypes and
+  /// devices (CUDA, bf16) on its ATen backend (GenerationOptions::decode.backend chooses). Greedy
+  /// tokens as kReference, log-probs to float32 rounding; sampled tokens are keyed by (seed, row,
+  /// step) (cuda::sample_seeded), so they are reproducible for a seed but are not kReference's.
+  /// Prompts whose last column is padding run kReference. The rollout is on the prompts' device.
   kDecode,
 };
 
