@@ -61,12 +61,15 @@ void ShardedOptimizer::move_state(bool to_host) {
 double ShardedOptimizer::step_on_device(double max_norm) {
   torch::NoGradGuard no_grad;
   auto shards = module_->local_shards();
-  double local = 0.0;
+  // The squared norm stays on the shards' device (one host read, after the all-reduce: NCCL
+  // reduces device tensors), summed in float64 in parameter order.
+  at::Tensor total;
   for (auto& s : shards) {
     if (!s.grad().defined()) s.mutable_grad() = torch::zeros_like(s);
-    local += s.grad().to(at::kDouble).pow(2).sum().item<double>();
+    auto sq = s.grad().to(at::kDouble).pow(2).sum().reshape({1});
+    total = total.defined() ? total.add_(sq) : sq;
   }
-  auto total = torch::tensor({local}, torch::kDouble);
+  if (!total.defined()) total = torch::zeros({1}, torch::kDouble);
   if (module_->mesh().shard) module_->mesh().shard->all_reduce(total);
   const double norm = std::sqrt(total.item<double>());
   if (!std::isfinite(norm)) {
