@@ -133,7 +133,7 @@ void throw_invalid_rows(const at::Tensor& tokens) {
 
 // The reference: ATen filters, then the exponential race with the kernels' Philox noise.
 at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_t seed, uint64_t step,
-                            const at::Tensor& row_ids) {
+                            const at::Tensor& row_ids, const at::Tensor& steps) {
   namespace kd = kernels::detail;
   auto raw = logits.to(at::kCPU, at::kFloat).contiguous();
   auto z =
@@ -141,6 +141,7 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
   auto temperature_tensor = r.temperature.cpu();
   auto temperature = temperature_tensor.accessor<float, 1>();
   auto ids = row_ids.defined() ? row_ids.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
+  auto row_steps = steps.defined() ? steps.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
   const int64_t rows = raw.size(0), vocab = raw.size(1);
   auto tokens = at::empty({rows}, at::kLong);
   auto tok = tokens.accessor<int64_t, 1>();
@@ -163,12 +164,13 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
       tok[b] = arg;
       continue;
     }
-    const uint64_t row_id = ids.defined() ? static_cast<uint64_t>(ids[b].item<int64_t>()) : static_cast<uint64_t>(b);
+    const uint64_t row_id = ids.defined() ? static_cast<uint64_t>(ids.data_ptr<int64_t>()[b]) : static_cast<uint64_t>(b);
+    const uint64_t row_step = row_steps.defined() ? static_cast<uint64_t>(row_steps.data_ptr<int64_t>()[b]) : step;
     float best = kMinusInf;
     int64_t chosen = -1;
     for (int64_t j = 0; j < vocab; ++j) {
       if (zr[j] == kMinusInf) continue;
-      const auto bits = kd::token_randoms(seed, row_id, step, static_cast<uint64_t>(j / 4)).v[j % 4];
+      const auto bits = kd::token_randoms(seed, row_id, row_step, static_cast<uint64_t>(j / 4)).v[j % 4];
       const float key = kd::race_key(zr[j], bits);
       if (chosen < 0 || key > best) best = key, chosen = j;
     }
@@ -178,7 +180,7 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
 }
 
 at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t seed, uint64_t step,
-                         const at::Tensor& row_ids) {
+                         const at::Tensor& row_ids, const at::Tensor& steps) {
   auto x = logits;
   const auto type = x.scalar_type();
   if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) x = x.to(at::kFloat);
@@ -201,6 +203,11 @@ at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t s
   }
   a.seed = seed;
   a.step = step;
+  at::Tensor row_steps;
+  if (steps.defined()) {
+    row_steps = steps.to(x.device(), at::kLong).contiguous();
+    a.steps = row_steps.data_ptr<int64_t>();
+  }
   a.tokens = tokens.data_ptr<int64_t>();
   if (x.is_cuda()) {
     detail::with_tensor_stream(x, [&](void* stream) { kernels::device::sample(a, stream); });
@@ -247,17 +254,27 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options, std:
   return at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(-1);
 }
 
-at::Tensor sample_seeded(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed, uint64_t step,
-                         const at::Tensor& row_ids, const RowSampling& rows, Impl impl) {
+at::Tensor sample_seeded_unchecked(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed,
+                                   uint64_t step, const at::Tensor& row_ids, const RowSampling& rows, Impl impl) {
   check_logits(logits);
   validate(options);
-  if (row_ids.defined() && (row_ids.dim() != 1 || row_ids.size(0) != logits.size(0))) {
-    throw ShapeError("sample_seeded: row_ids must be (" + std::to_string(logits.size(0)) + ",), got " +
+  const int64_t n = logits.size(0);
+  if (row_ids.defined() && (row_ids.dim() != 1 || row_ids.size(0) != n)) {
+    throw ShapeError("sample_seeded: row_ids must be (" + std::to_string(n) + ",), got " +
                      std::to_string(row_ids.numel()) + " elements");
   }
+  if (rows.step.defined() && (rows.step.dim() != 1 || rows.step.size(0) != n)) {
+    throw ShapeError("sample_seeded: per-row step must be (" + std::to_string(n) + ",), got " +
+                     std::to_string(rows.step.numel()) + " elements");
+  }
   const auto resolved = resolve(logits, options, rows);
-  auto tokens = uses_kernels(impl, logits.device()) ? kernel_seeded(logits, resolved, seed, step, row_ids)
-                                                    : reference_seeded(logits, resolved, seed, step, row_ids);
+  return uses_kernels(impl, logits.device()) ? kernel_seeded(logits, resolved, seed, step, row_ids, rows.step)
+                                             : reference_seeded(logits, resolved, seed, step, row_ids, rows.step);
+}
+
+at::Tensor sample_seeded(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed, uint64_t step,
+                         const at::Tensor& row_ids, const RowSampling& rows, Impl impl) {
+  auto tokens = sample_seeded_unchecked(logits, options, seed, step, row_ids, rows, impl);
   throw_invalid_rows(tokens);
   return tokens;
 }

@@ -112,3 +112,35 @@ TEST_CASE("sample_seeded: a row without a finite logit and bad per-row settings 
                     Catch::Contains("min_p") && Catch::Contains("(3,)"));
   CHECK_THROWS_AS(sample_seeded(ok, {}, 1, 0, torch::tensor({1, 2})), hyflow::ShapeError);
 }
+
+TEST_CASE("sample_seeded: a per-row step draws each row as a call at that step would") {
+  auto logits = torch::randn({6, 500}, seeded(31)) * 0.3;  // flat: different steps draw differently
+  const auto ids = torch::tensor({40, 41, 42, 43, 44, 45}, torch::kLong);
+  const auto steps = torch::tensor({3, 9, 3, 0, 9, 12}, torch::kLong);
+  SamplingOptions o{.temperature = 1.1, .top_p = 0.9};
+  for (Impl impl : {Impl::kernel, Impl::reference}) {
+    auto mixed = sample_seeded(logits, o, 5, /*step=*/77, ids, {.step = steps}, impl);
+    for (int64_t r = 0; r < 6; ++r) {
+      auto alone = sample_seeded(logits.narrow(0, r, 1), o, 5, static_cast<uint64_t>(steps[r].item<int64_t>()),
+                                 ids.narrow(0, r, 1), {}, impl);
+      CHECK(mixed[r].item<int64_t>() == alone[0].item<int64_t>());
+    }
+    // the step argument applies to every row only without per-row steps
+    CHECK_FALSE(torch::equal(mixed, sample_seeded(logits, o, 5, 3, ids, {}, impl)));
+  }
+  CHECK_THROWS_AS(sample_seeded(logits, o, 5, 0, ids, {.step = torch::tensor({1, 2})}), hyflow::ShapeError);
+}
+
+TEST_CASE("sample_seeded_unchecked: a row without a finite logit gets -1 instead of an error") {
+  auto logits = torch::randn({3, 16}, seeded(32));
+  for (Impl impl : {Impl::kernel, Impl::reference}) {
+    logits[1].fill_(-INFINITY);
+    auto tokens = sample_seeded_unchecked(logits, {}, 1, 0, {}, {}, impl);
+    CHECK(tokens[1].item<int64_t>() == -1);
+    CHECK(tokens[0].item<int64_t>() >= 0);
+    CHECK(tokens[2].item<int64_t>() >= 0);
+    logits[1].fill_(0.0);
+    auto valid = sample_seeded_unchecked(logits, {}, 1, 0, {}, {}, impl);
+    CHECK(torch::equal(valid.narrow(0, 0, 1), tokens.narrow(0, 0, 1)));  // row 0 does not depend on row 1
+  }
+}

@@ -246,10 +246,11 @@ HYFLOW_HD void sample_row(Exec& ex, const SampleArgs& a, int64_t row) {
 
   // Phase 4: min-p, then the exponential race over the kept tokens, 4 tokens per Philox call.
   const uint64_t row_id = a.row_ids ? static_cast<uint64_t>(a.row_ids[row]) : static_cast<uint64_t>(row);
+  const uint64_t step = a.steps ? static_cast<uint64_t>(a.steps[row]) : a.step;
   ex.for_threads([&](int t) {
     ArgMax b{minus_inf(), -1};
     for (int64_t g = t; g * 4 < vocab; g += ex.threads()) {
-      const Philox4 r = token_randoms(a.seed, row_id, a.step, static_cast<uint64_t>(g));
+      const Philox4 r = token_randoms(a.seed, row_id, step, static_cast<uint64_t>(g));
       for (int i = 0; i < 4; ++i) {
         const int64_t j = g * 4 + i;
         if (j >= vocab) break;

@@ -188,49 +188,44 @@ void AtenBackend::choose(const std::vector<AtenPick>& picks, const DecodeSamplin
   tokens.assign(picks.size(), 0);
   log_probs.assign(picks.size(), 0.0F);
   if (P == 0) return;
-  // Picks ordered by step: a step's picks are one contiguous slice (one sample_seeded call).
-  std::vector<size_t> order(picks.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return picks[a].step < picks[b].step; });
+  // One sample_seeded call for every pick, each with its own step (continuous batching mixes
+  // steps); invalid rows come back as -1 with the tokens, checked below, so nothing here reads
+  // the device.
   const auto device = options_.device();
-  auto meta = host_buffer(2 * P, at::kLong, device);
+  auto meta = host_buffer(3 * P, at::kLong, device);
   int64_t* m = meta.data_ptr<int64_t>();
   for (int64_t i = 0; i < P; ++i) {
-    m[i] = picks[order[static_cast<size_t>(i)]].logits_row;
-    m[P + i] = picks[order[static_cast<size_t>(i)]].row_id;
+    const auto& pick = picks[static_cast<size_t>(i)];
+    m[i] = pick.logits_row;
+    m[P + i] = pick.row_id;
+    m[2 * P + i] = pick.step;
   }
   const auto dev = to_device(meta, device);
   const auto z = logits_.index_select(0, dev.narrow(0, 0, P));  // (P, vocab)
-  const auto row_ids = dev.narrow(0, P, P);
 
   const bool greedy = sampling.sampling.is_greedy();
-  at::Tensor chosen;
-  if (greedy) {
-    chosen = z.argmax(-1);  // first maximum: the lowest id on ties
-  } else {
-    chosen = at::empty({P}, at::TensorOptions().dtype(at::kLong).device(device));
-    for (int64_t begin = 0; begin < P;) {
-      const int64_t step = picks[order[static_cast<size_t>(begin)]].step;
-      int64_t end = begin;
-      while (end < P && picks[order[static_cast<size_t>(end)]].step == step) ++end;
-      chosen.narrow(0, begin, end - begin)
-          .copy_(cuda::sample_seeded(z.narrow(0, begin, end - begin), sampling.sampling, sampling.seed,
-                                     static_cast<uint64_t>(step), row_ids.narrow(0, begin, end - begin)));
-      begin = end;
-    }
-  }
+  const at::Tensor chosen =
+      greedy ? z.argmax(-1)  // first maximum: the lowest id on ties
+             : cuda::sample_seeded_unchecked(z, sampling.sampling, sampling.seed, 0, dev.narrow(0, P, P),
+                                             cuda::RowSampling{.step = dev.narrow(0, 2 * P, P)});
   // The stop check's one read: tokens and log-probs in one double tensor (ids < 2^53 are exact).
   at::Tensor back = chosen.to(at::kDouble);
   if (sampling.return_log_probs) {
     const double temperature = greedy ? 1.0 : sampling.sampling.temperature;
-    auto lp = cuda::log_probs_and_entropy(z, chosen, {.temperature = temperature, .with_entropy = false}).log_probs;
+    // an invalid row's -1 is clamped here and refused below
+    auto lp = cuda::log_probs_and_entropy(z, chosen.clamp_min(0), {.temperature = temperature, .with_entropy = false})
+                  .log_probs;
     back = at::cat({back, lp.to(at::kDouble)});
   }
   back = back.to(at::kCPU);
   const double* host = back.data_ptr<double>();
   for (int64_t i = 0; i < P; ++i) {
-    const size_t pick = order[static_cast<size_t>(i)];
+    const auto pick = static_cast<size_t>(i);
     tokens[pick] = static_cast<int64_t>(host[i]);
+    if (tokens[pick] < 0) {
+      throw ValueError("decode engine: sample row " + std::to_string(picks[pick].row_id) +
+                       " has a NaN logit or no finite logit at step " + std::to_string(picks[pick].step));
+    }
     if (sampling.return_log_probs) log_probs[pick] = static_cast<float>(host[P + i]);
   }
 }

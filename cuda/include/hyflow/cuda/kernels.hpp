@@ -84,7 +84,8 @@ struct SampleArgs {
   const int64_t* row_ids = nullptr;  ///< (rows,) or nullptr: the row index
   uint64_t seed = 0;
   uint64_t step = 0;
-  int64_t* tokens = nullptr;  ///< (rows,) out
+  const int64_t* steps = nullptr;  ///< (rows,) or nullptr: `step` for every row
+  int64_t* tokens = nullptr;       ///< (rows,) out
 };
 
 namespace host {

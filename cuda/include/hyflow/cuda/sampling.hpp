@@ -47,6 +47,7 @@ struct RowSampling {
   at::Tensor top_k;        ///< int64
   at::Tensor top_p;        ///< float
   at::Tensor min_p;        ///< float
+  at::Tensor step;         ///< int64: each row's sampling step (sample_seeded's `step` for every row when undefined)
 };
 
 /// Logits (B, V) after per-row temperature and top-k/top-p/min-p (the reference, ATen):
@@ -64,5 +65,13 @@ at::Tensor filter_logits_rows(const at::Tensor& logits, const SamplingOptions& o
 /// hyflow::ValueError naming the row.
 at::Tensor sample_seeded(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed, uint64_t step,
                          const at::Tensor& row_ids = {}, const RowSampling& rows = {}, Impl impl = Impl::by_device);
+
+/// sample_seeded without its check of invalid rows, which reads the tokens back to the host:
+/// a row with a NaN logit or no finite logit gets token -1, for the caller to check when it
+/// reads the tokens anyway (the decode engine's once-per-step stop check). Nothing here waits
+/// for a device when the settings are tensors on it.
+at::Tensor sample_seeded_unchecked(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed,
+                                   uint64_t step, const at::Tensor& row_ids = {}, const RowSampling& rows = {},
+                                   Impl impl = Impl::by_device);
 
 }  // namespace hyflow::cuda
