@@ -155,9 +155,10 @@ TEST_CASE("char_count task: verl-recipe prompts, a spelled-out count, the count 
       steps += std::string(1, dashed[k]) + (dashed[k] == target ? " = " : " != ") + target + ".\n";
     }
     const auto hits = std::count(word.begin(), word.end(), target);
+    const auto others = static_cast<int64_t>(word.size()) - hits;
     CHECK(hits >= 1);
-    CHECK(word.size() >= 3);
-    CHECK(word.size() <= 8);
+    CHECK(hits <= 4);
+    CHECK((others == 3 || others == 4));
     lengths.insert(static_cast<int64_t>(word.size()));
     counts.insert(hits);
     CHECK(a[i].data_source == "char_count");
@@ -166,9 +167,21 @@ TEST_CASE("char_count task: verl-recipe prompts, a spelled-out count, the count 
     CHECK(algos::reward_score::default_compute_score("char_count", a[i].response, a[i].ground_truth).score == 1.0);
   }
   CHECK(differs);
-  CHECK(lengths == std::set<int64_t>{3, 4, 5, 6, 7, 8});
-  CHECK(counts == std::set<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
-  CHECK(make_char_count_task(5, 1, 0)[0].prompt.size() == head.size() + 1 + middle.size() + 2);  // one letter
+  CHECK(lengths == std::set<int64_t>{4, 5, 6, 7, 8});
+  CHECK(counts == std::set<int64_t>{1, 2, 3, 4});
+}
+
+TEST_CASE("char_count task: the held-out draws share no prompt with the training draws of the configs") {
+  // config/sft_char_count.ini and config/grpo_char_count.ini: training seeds 0 (SFT) and 1 (GRPO),
+  // 4096 prompts each, words of at most 7 letters; the trainers draw the held-out prompts with seed + 7919.
+  std::set<std::string> train;
+  for (uint64_t seed : {0, 1})
+    for (const auto& r : make_char_count_task(4096, 7, seed)) train.insert(r.prompt);
+  CHECK(train.size() > 8100);  // the training draws themselves barely repeat
+  int64_t shared = 0;
+  for (const auto& r : make_char_count_task(512, 7, 1 + 7919)) shared += train.count(r.prompt) ? 1 : 0;
+  for (const auto& r : make_char_count_task(128, 7, 0 + 7919)) shared += train.count(r.prompt) ? 1 : 0;
+  CHECK(shared == 0);
 }
 
 TEST_CASE("char_count task: correct_fraction spoils that share of SFT answers; bad sizes are errors") {
@@ -180,8 +193,9 @@ TEST_CASE("char_count task: correct_fraction spoils that share of SFT answers; b
   }
   CHECK(right > 150);
   CHECK(right < 250);
-  REQUIRE_THROWS_AS(make_char_count_task(4, 0, 0), ValueError);
-  REQUIRE_THROWS_WITH(make_char_count_task(4, 0, 0), Catch::Contains("data.synthetic.max_operand"));
+  REQUIRE_THROWS_AS(make_char_count_task(4, 4, 0), ValueError);  // no room for 3 other letters and the count
+  REQUIRE_THROWS_WITH(make_char_count_task(4, 4, 0), Catch::Contains("data.synthetic.max_operand"));
+  CHECK(make_char_count_task(3, 5, 0).size() == 3);
   REQUIRE_THROWS_AS(make_char_count_task(-1, 5, 0), ValueError);
 }
 

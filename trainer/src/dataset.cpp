@@ -112,19 +112,25 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
 
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed, double correct_fraction) {
   if (count < 0) throw ValueError("char_count task: count must be >= 0, got " + std::to_string(count));
-  if (max_length < 1)
-    throw ValueError("char_count task: the longest word (data.synthetic.max_operand) must be >= 1, got " +
-                     std::to_string(max_length));
+  if (max_length < 5)
+    throw ValueError(
+        "char_count task: the longest word (data.synthetic.max_operand) must be >= 5 (the asked letter "
+        "at least once among 3 or 4 others), got " +
+        std::to_string(max_length));
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> length(std::min<int64_t>(3, max_length), max_length);
+  // At least 3 letters other than the asked one: every (count, others) class then holds
+  // C(n, count) * 25^others * 26 >= 1.6 million prompts, so independent draws (the training set
+  // and the held-out set, seed + 7919) practically never share a prompt. With the count up to
+  // the length, words like "aaa" (26 per length) made a third of the held-out prompts training ones.
+  std::uniform_int_distribution<int64_t> count_of(1, max_length - 4), others_of(3, 4);
   std::uniform_int_distribution<int> letter(0, 25), other(0, 24);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::uniform_int_distribution<int64_t> offset(1, 9);
   std::vector<Sample> out;
   out.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t n = length(rng);
-    const int64_t hits = std::uniform_int_distribution<int64_t>(1, n)(rng);
+    const int64_t hits = count_of(rng);
+    const int64_t n = hits + others_of(rng);
     const char target = static_cast<char>('a' + letter(rng));
     std::string word;
     for (int64_t k = 0; k < n; ++k) {

@@ -39,13 +39,15 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
                                          double correct_fraction = 1.0);
 
 /// The built-in char_count task (verl-recipe char_count): "How many r are there in word s-t-r-a-w?"
-/// for a dashed word of 3..max_length random lowercase letters (max_length < 3: exactly
-/// max_length letters) holding the asked letter 1..length times (uniform), the other letters
-/// different from it. The SFT response spells the word out, one line per letter ("s != r." or
-/// "r = r.") and ends with the count in answer tags, "<answer>1</answer>" (the char tokenizer
-/// has no backslash or braces for verl's \boxed{1}); the count as text is the ground truth,
-/// data_source "char_count". Deterministic in `seed`; correct_fraction < 1 gives that fraction
-/// of right SFT answers (the others' count off by 1..9). max_length must be >= 1.
+/// for a dashed word of random lowercase letters: the asked letter 1..max_length-4 times
+/// (uniform) among 3 or 4 (uniform) other letters different from it, so words of
+/// 4..max_length letters; at least 3 other letters keep every class of words large enough
+/// that a held-out draw shares no prompt with a training draw. The SFT response spells the
+/// word out, one line per letter ("s != r." or "r = r.") and ends with the count in answer
+/// tags, "<answer>1</answer>" (the char tokenizer has no backslash or braces for verl's
+/// \boxed{1}); the count as text is the ground truth, data_source "char_count". Deterministic
+/// in `seed`; correct_fraction < 1 gives that fraction of right SFT answers (the others' count
+/// off by 1..9). max_length < 5: hyflow::ValueError naming data.synthetic.max_operand.
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed,
                                          double correct_fraction = 1.0);
 
