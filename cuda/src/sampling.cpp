@@ -164,7 +164,8 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
       tok[b] = arg;
       continue;
     }
-    const uint64_t row_id = ids.defined() ? static_cast<uint64_t>(ids.data_ptr<int64_t>()[b]) : static_cast<uint64_t>(b);
+    const uint64_t row_id =
+        ids.defined() ? static_cast<uint64_t>(ids.data_ptr<int64_t>()[b]) : static_cast<uint64_t>(b);
     const uint64_t row_step = row_steps.defined() ? static_cast<uint64_t>(row_steps.data_ptr<int64_t>()[b]) : step;
     float best = kMinusInf;
     int64_t chosen = -1;
