@@ -108,6 +108,10 @@ at::Tensor to_host_memory(const at::Tensor& t) {
   return host;
 }
 
+at::Tensor from_host_memory(const at::Tensor& t, const c10::Device& device) {
+  return device.is_cuda() ? t.to(device) : t.clone();
+}
+
 void note_offload_noop(const std::string& key) {
   static std::mutex mutex;
   static std::set<std::string> said;
@@ -222,7 +226,7 @@ struct FsdpModule::Impl {
   void onload() {
     if (!offloaded) return;
     const auto target = device;
-    move_shards([target](const at::Tensor& t) { return target.is_cuda() ? t.to(target) : t.clone(); });
+    move_shards([target](const at::Tensor& t) { return from_host_memory(t, target); });
     offloaded = false;
   }
   bool sharded() const { return S() > 1; }

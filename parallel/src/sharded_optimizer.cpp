@@ -54,7 +54,7 @@ void ShardedOptimizer::move_state(bool to_host) {
     return;
   }
   for (auto& t : state)  // offloaded moments, or moments loaded into host memory
-    if (state_offloaded_ || t.device() != device) t.set_data(device.is_cuda() ? t.to(device) : t.clone());
+    if (state_offloaded_ || t.device() != device) t.set_data(from_host_memory(t, device));
   state_offloaded_ = false;
 }
 

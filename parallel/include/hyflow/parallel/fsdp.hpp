@@ -82,6 +82,10 @@ struct FsdpOptions {
 /// Host memory for `t` (pinned when `t` is on a CUDA device) holding its values.
 at::Tensor to_host_memory(const at::Tensor& t);
 
+/// `t`'s values back on `device` after to_host_memory: a copy to a CUDA device, or a fresh CPU
+/// copy (the offload_cpu_copies seam).
+at::Tensor from_host_memory(const at::Tensor& t, const c10::Device& device);
+
 /// Says once per process on stderr that `key` (param_offload, optimizer_offload) is a no-op for
 /// shards in host memory already.
 void note_offload_noop(const std::string& key);
