@@ -17,8 +17,8 @@
 // Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]
 // (scaling: the engine's decode-step figures of both shapes alone, without the reference
 // generate() and the token check, for repeated runs)
-// Times are CPU time of the process unless --wall (see now_s); the device figures are wall time
-// after a device synchronization.
+// Times are CPU time of the process unless --wall or --threads above 1 (see now_s); the device
+// figures are wall time after a device synchronization.
 
 #include "bench_json.hpp"
 
@@ -54,6 +54,12 @@ namespace {
 // with other jobs, and CPU time leaves out the time slices they take. On an idle machine it
 // equals wall time; --wall switches back to wall time.
 bool g_wall = false;
+
+// LibTorch intra-op threads (--threads): the engine's GEMM and attention split over them.
+std::string threads_label() {
+  const int n = at::get_num_threads();
+  return std::to_string(n) + (n == 1 ? " thread" : " threads");
+}
 
 double now_s() {
   if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -267,7 +273,7 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
       const bool identical = torch::equal(reference.batch["responses"], fast.batch["responses"]);
       const double tokens = static_cast<double>(batch * new_tokens);
       const std::string c = name + " greedy b" + std::to_string(batch) + " p" + std::to_string(prompt_len) + " +" +
-                            std::to_string(new_tokens) + ", 1 thread";
+                            std::to_string(new_tokens) + ", " + threads_label();
       emit("decode_tokens_per_s", c, tokens / fast_s, "tokens/s", "reference generate() (oneDNN linears)",
            tokens / ref_s, ref_s / fast_s, {{"tokens_identical", identical}});
     }
@@ -300,8 +306,8 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
     if (batch != 8) profile_step(name, model, mean_context, step_s, batch);
     if (batch == 1) {
       engine_b1 = step_tokens_per_s;
-      emit("decode_roofline", name + " batch 1 decode step, 1 thread", roof_s / step_s, "fraction of roofline",
-           "bytes per step / measured read bandwidth (ms)", roof_s * 1e3, roof_s / step_s,
+      emit("decode_roofline", name + " batch 1 decode step, " + threads_label(), roof_s / step_s,
+           "fraction of roofline", "bytes per step / measured read bandwidth (ms)", roof_s * 1e3, roof_s / step_s,
            {{"step_ms", step_s * 1e3},
             {"bytes_per_step", bytes},
             {"bandwidth_gbs", f.bandwidth},
@@ -309,7 +315,8 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
       emit("decode_step_overhead", name + " batch 1: step time minus roofline time", (step_s - roof_s) * 1e3, "ms",
            "goal (issue 17, 42M)", 1.0, 1.0 / std::max(1e-9, (step_s - roof_s) * 1e3));
     } else {
-      emit("decode_batch_scaling", name + " batch " + std::to_string(batch) + " decode tokens/s over batch 1",
+      emit("decode_batch_scaling",
+           name + " batch " + std::to_string(batch) + " decode tokens/s over batch 1, " + threads_label(),
            step_tokens_per_s / engine_b1, "x", "goal (issue 17)", batch == 8 ? 5.0 : 12.0,
            step_tokens_per_s / engine_b1 / (batch == 8 ? 5.0 : 12.0), {{"tokens_per_s", step_tokens_per_s}});
     }
@@ -320,8 +327,8 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
                                static_cast<double>(config.num_attention_heads * config.resolved_head_dim());
       const double flops = static_cast<double>(batch) * (2.0 * weights + attention);
       const double gflops = flops / step_s / 1e9;
-      emit("decode_gflops", name + " batch 32 decode step", gflops, "GFLOP/s", "oneDNN sgemm 2048^3", f.sgemm_onednn,
-           gflops / f.sgemm_onednn, {{"torch_mm_gflops", f.sgemm_mm}});
+      emit("decode_gflops", name + " batch 32 decode step, " + threads_label(), gflops, "GFLOP/s",
+           "oneDNN sgemm 2048^3", f.sgemm_onednn, gflops / f.sgemm_onednn, {{"torch_mm_gflops", f.sgemm_mm}});
     }
   }
 }
@@ -617,6 +624,8 @@ int main(int argc, char** argv) {
     }
   }
   torch::set_num_threads(threads);
+  // Process CPU time adds up every thread's: past one thread only wall time says how long a step took.
+  if (threads > 1) g_wall = true;
   if (only == "device") {
     bench_device(quick);
     return 0;

@@ -10,7 +10,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <ATen/Parallel.h>
+
 #include <cstring>
+#include <mutex>
+#include <set>
 
 using namespace hyflow;
 using namespace hyflow::models;
@@ -34,6 +38,17 @@ std::vector<decode::Isa> builds() {
   }
   return out;
 }
+
+// LibTorch's intra-op thread count for a scope.
+struct IntraOpThreads {
+  explicit IntraOpThreads(int n) : before_(at::get_num_threads()) { at::set_num_threads(n); }
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+  ~IntraOpThreads() { at::set_num_threads(before_); }
+
+ private:
+  int before_;
+};
 
 // y (+)= x W^T + b through the packed GEMM.
 void packed_linear(const at::Tensor& x, const at::Tensor& w, const float* bias, at::Tensor& y, bool accumulate) {
@@ -147,6 +162,40 @@ TEST_CASE("decode engine sampling is reproducible for a seed and does not depend
   CHECK_FALSE(torch::equal(first.batch["responses"][0], first.batch["responses"][1]));  // samples differ
   opts.seed = 10;
   CHECK_FALSE(torch::equal(first.batch["responses"], generate(model, prompts, opts).batch["responses"]));
+}
+
+TEST_CASE("the engine's kernels run on the intra-op threads and their results do not depend on how many") {
+  // A file compiled without OpenMP turns LibTorch's at::parallel_for into a plain loop on the
+  // calling thread: decode::parallel_for must reach the other threads.
+  {
+    IntraOpThreads threads(2);
+    std::mutex m;
+    std::set<int> seen;
+    decode::parallel_for(0, 64, 1, [&](int64_t, int64_t) {
+      std::lock_guard<std::mutex> lock(m);
+      seen.insert(at::get_thread_num());
+    });
+    CHECK(seen == std::set<int>{0, 1});
+  }
+  auto model = make_model(llama_config(), 26);
+  GenerationOptions opts{.max_new_tokens = 12,
+                         .n = 3,
+                         .sampling = {.temperature = 1.0},
+                         .seed = 4,
+                         .return_log_probs = true,
+                         .engine = GenerationEngine::kDecode};
+  DataProto one;
+  {
+    IntraOpThreads threads(1);
+    one = generate(model, prompt_batch(kPrompts), opts);
+  }
+  for (int n : {2, 3}) {
+    INFO(n << " threads");
+    IntraOpThreads threads(n);
+    auto many = generate(model, prompt_batch(kPrompts), opts);
+    CHECK(torch::equal(one.batch["responses"], many.batch["responses"]));
+    CHECK(torch::equal(one.batch["rollout_log_probs"], many.batch["rollout_log_probs"]));
+  }
 }
 
 TEST_CASE("decode engine rollout log-probs equal the actor's recomputation") {

@@ -427,7 +427,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         }
       }
       const int64_t group = st.heads / st.kv_heads;
-      at::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
+      decode::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
         float* scores = st.scores.data() + at::get_thread_num() * max_len;
         for (int64_t i = b; i < e; ++i) {
           const int64_t r = i / st.heads, h = i % st.heads, kvh = h / group;

@@ -13,6 +13,10 @@
 #include <limits>
 #include <utility>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HYFLOW_DECODE_X86 1
@@ -321,7 +325,7 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   const int64_t panel_floats = in * kPanel;
   // Enough work per thread chunk to amortize a task (~64K multiply-adds).
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * panel_floats * sh.group));
-  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
     alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t p0 = g * sh.group, p1 = std::min(panels, p0 + sh.group);
@@ -514,7 +518,7 @@ int64_t packed_size(int64_t in, int64_t out) {
 
 void pack_weight(const float* w, int64_t in, int64_t out, float* packed) {
   const int64_t panels = (out + kPanel - 1) / kPanel;
-  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+  parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* dst = packed + p * in * kPanel;
       for (int64_t j = 0; j < kPanel; ++j) {
@@ -528,6 +532,16 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed) {
       }
     }
   });
+}
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
+#ifdef _OPENMP
+  // This file's OpenMP runtime is LibTorch's on Debian (one libgomp); a LibTorch that bundles its
+  // own copy keeps torch::set_num_threads in that copy, so follow it here (per calling thread).
+  const int threads = at::get_num_threads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#endif
+  at::parallel_for(begin, end, grain, f);
 }
 
 void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,

@@ -5,6 +5,7 @@
 // AVX2+FMA, or portable C++.
 
 #include <cstdint>
+#include <functional>
 
 namespace hyflow::models::decode {
 
@@ -18,6 +19,12 @@ Isa best_kernel_isa();
 const char* isa_name(Isa isa);
 /// Caps the build (tests compare them; benchmarks measure them); process-wide. kAvx512: no cap.
 void limit_kernel_isa(Isa max);
+
+/// f(chunk_begin, chunk_end) over [begin, end) in chunks of at least `grain`, on LibTorch's
+/// intra-op threads (at::get_num_threads(); at::get_thread_num() inside f names the thread).
+/// at::parallel_for itself, but compiled where OpenMP is on (models/CMakeLists.txt): called
+/// from a file built without OpenMP it would run the whole range on the calling thread.
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
 
 /// Output columns per panel of a packed weight.
 constexpr int64_t kPanel = 16;
@@ -36,7 +43,7 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed);
 /// the rows, the tile or the vector build (the portable build without a fast fma rounds the
 /// product apart): results do not depend on the other rows of the call. A register tile is up to
 /// 8 rows x 48 outputs (AVX-512) or 6 x 16 (AVX2); each group of panels is read from memory once per
-/// call for all rows. Splits the output over at::parallel_for.
+/// call for all rows. Splits the output over parallel_for.
 void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
             float* y, int64_t ldy, bool accumulate);
 
