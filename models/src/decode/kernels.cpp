@@ -37,12 +37,15 @@ constexpr int kMaxTilePanels = 3;
 
 // A register tile: M activation rows times NP panels (NP * 16 outputs), over all of k. p: the
 // first panel (k-major, 16 floats per k), the others follow at stride in * 16; out: M rows of
-// NP * 16 sums.
-using TileFn = void (*)(const float* x, int64_t ldx, const float* p, int64_t in, float* out);
+// NP * 16 sums. next, lines: cache lines to fetch while the tile computes, one per k step (and a
+// second past `in` steps): the next group's panels, so that they come from memory while this
+// group's row tiles run (tiles of one group after the first read its panels from the cache).
+using TileFn = void (*)(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char* next,
+                        int64_t lines);
 
 // ---- portable build --------------------------------------------------------------------
 template <int M, int NP>
-void tile_portable(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+void tile_portable(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {  // fetches nothing ahead
   constexpr int W = NP * kPanel;
   float acc[M][W] = {};
   const int64_t stride = in * kPanel;
@@ -91,10 +94,16 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
 // memory, as streams the hardware prefetcher sees late at the start of each tile.
 constexpr int64_t kPrefetchAhead = 32;  // k steps (2 KiB per panel)
 
+// Step k of a tile's share of the next group's lines (TileFn).
+inline void fetch_next(const char* next, int64_t lines, int64_t k, int64_t in) {
+  if (k < lines) _mm_prefetch(next + k * 64, _MM_HINT_T0);
+  if (k + in < lines) _mm_prefetch(next + (k + in) * 64, _MM_HINT_T0);
+}
+
 // Two ymm (16 outputs) per panel: M * NP * 2 accumulators (at most 12 of the 16 registers).
 template <int M, int NP>
 __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* p, int64_t in,
-                                                   float* out) {
+                                                   float* out, const char* next, int64_t lines) {
   __m256 acc[M][NP][2];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
@@ -112,6 +121,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
       w[n][0] = _mm256_loadu_ps(pk);
       w[n][1] = _mm256_loadu_ps(pk + 8);
     }
+    fetch_next(next, lines, k, in);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
@@ -135,7 +145,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, 
 // One zmm (16 outputs) per panel: M * NP accumulators (at most 24 of the 32 registers).
 template <int M, int NP>
 __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx, const float* p, int64_t in,
-                                                    float* out) {
+                                                    float* out, const char* next, int64_t lines) {
   __m512 acc[M][NP];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
@@ -152,6 +162,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx,
       _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAhead * kPanel), _MM_HINT_T0);
       w[n] = _mm512_loadu_ps(pk);
     }
+    fetch_next(next, lines, k, in);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
@@ -269,21 +280,23 @@ void fill(Shapes& s, std::integer_sequence<int, Ms...>) {
 
 template <int M, int NP>
 struct Portable {
-  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char*, int64_t) {
     tile_portable<M, NP>(x, ldx, p, in, out);
   }
 };
 #ifdef HYFLOW_DECODE_X86
 template <int M, int NP>
 struct Avx2 {
-  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
-    tile_avx2<M, NP>(x, ldx, p, in, out);
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char* next,
+                  int64_t lines) {
+    tile_avx2<M, NP>(x, ldx, p, in, out, next, lines);
   }
 };
 template <int M, int NP>
 struct Avx512 {
-  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {
-    tile_avx512<M, NP>(x, ldx, p, in, out);
+  static void run(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char* next,
+                  int64_t lines) {
+    tile_avx512<M, NP>(x, ldx, p, in, out, next, lines);
   }
 };
 #endif
@@ -325,15 +338,26 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   const int64_t panel_floats = in * kPanel;
   // Enough work per thread chunk to amortize a task (~64K multiply-adds).
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * panel_floats * sh.group));
+  // With several row tiles, the first would wait on memory for the group's panels and the others
+  // find them in the cache: instead the row tiles of each group fetch the next group's panels
+  // (of the same thread), a share each, so that the stream overlaps the arithmetic.
+  const int64_t tiles = (rows + sh.rows - 1) / sh.rows;
+  const int64_t group_lines = sh.group * panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
+  const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
   parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
     alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t p0 = g * sh.group, p1 = std::min(panels, p0 + sh.group);
+      const auto* next = reinterpret_cast<const char*>(packed + p1 * panel_floats);
+      const int64_t next_lines = g + 1 < g1 ? std::min(group_lines, (panels - p1) * panel_floats * 4 / 64) : 0;
       for (int64_t m = 0; m < rows; m += sh.rows) {
         const int mr = static_cast<int>(std::min<int64_t>(sh.rows, rows - m));
+        const int64_t first = m / sh.rows * share;
+        const int64_t lines = std::max<int64_t>(0, std::min(share, next_lines - first));
         for (int64_t p = p0; p < p1; p += sh.panels[mr]) {
           const int np = static_cast<int>(std::min<int64_t>(sh.panels[mr], p1 - p));
-          sh.fn[mr][np](x + m * ldx, ldx, packed + p * panel_floats, in, sums);
+          sh.fn[mr][np](x + m * ldx, ldx, packed + p * panel_floats, in, sums, next + first * 64,
+                        p == p0 ? lines : 0);
           const int width = np * static_cast<int>(kPanel);
           const int64_t o0 = p * kPanel;
           const int cols = static_cast<int>(std::min<int64_t>(width, out - o0));
