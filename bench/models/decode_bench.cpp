@@ -234,16 +234,16 @@ void profile_step(const std::string& name, CausalLM& model, double mean_context,
   auto keys = torch::randn({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = torch::randn_like(keys);
   std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
   for (int64_t b = 0; b < batch * blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-  std::vector<float> q(static_cast<size_t>(D), 0.1F), scores(static_cast<size_t>(len)), out(static_cast<size_t>(D));
+  // The engine's call: every row's query heads of a layer at once, on the intra-op threads.
+  const int64_t qdim = c.num_attention_heads * D;
+  std::vector<float> q(static_cast<size_t>(batch * qdim), 0.1F), out(static_cast<size_t>(batch * qdim));
+  std::vector<const int32_t*> tables(static_cast<size_t>(batch));
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), len);
+  for (int64_t r = 0; r < batch; ++r) tables[static_cast<size_t>(r)] = table.data() + r * blocks;
   const double attention_s = best_of(3, [&] {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (int64_t r = 0; r < batch; ++r) {
-        for (int64_t h = 0; h < c.num_attention_heads; ++h) {
-          const int64_t kvh = h / (c.num_attention_heads / c.num_key_value_heads);
-          decode::attend(q.data(), keys[l].data_ptr<float>() + kvh * bs * D, values[l].data_ptr<float>() + kvh * bs * D,
-                         table.data() + r * blocks, bs, bs * kvdim, D, len, D, scores.data(), out.data());
-        }
-      }
+      decode::attend_rows(q.data(), keys[l].data_ptr<float>(), values[l].data_ptr<float>(), tables.data(),
+                          lengths.data(), batch, c.num_attention_heads, c.num_key_value_heads, D, bs, out.data());
     }
   });
   const nlohmann::json parts{{"gemm_ms", linear_s * 1e3},

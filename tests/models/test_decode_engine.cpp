@@ -12,7 +12,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -104,6 +106,82 @@ TEST_CASE("the decode GEMM's sums do not depend on the other rows, and the vecto
         float acc = 0.0F;
         for (int64_t k = 0; k < in; ++k) acc = std::fma(xa[r][k], wa[o][k], acc);
         CHECK(all[r][o].item<float>() == acc);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "a pass's attention (attend_rows) equals attend() per row and head bit for bit, every build and thread count") {
+  // Paged caches of random keys and values: rows of odd lengths over blocks taken in a shuffled
+  // order, some shared between rows (as prefix sharing does); GQA and MHA, head dims with and
+  // without a scalar tail, odd block sizes.
+  struct Shape {
+    int64_t heads, kv_heads, dim, block_size;
+  };
+  torch::manual_seed(3);
+  for (auto shape : std::vector<Shape>{{4, 4, 10, 3},
+                                       {4, 2, 64, 16},
+                                       {6, 3, 72, 5},
+                                       {14, 2, 64, 16},
+                                       {2, 1, 3, 1},
+                                       {3, 3, 136, 7},
+                                       {8, 8, 64, 16},
+                                       {4, 1, 40, 6},
+                                       {2, 2, 8, 2},
+                                       {4, 2, 100, 4}}) {
+    const auto [H, KV, D, bs] = shape;
+    const std::vector<int64_t> lengths{1, 37, bs, 2 * bs + 1, 50, 3, bs + 1};
+    const auto rows = static_cast<int64_t>(lengths.size());
+    int64_t blocks = 0;
+    for (auto len : lengths) blocks += (len + bs - 1) / bs;
+    const auto order = torch::randperm(blocks, torch::kInt);
+    std::vector<std::vector<int32_t>> tables;
+    for (int64_t r = 0, next = 0; r < rows; ++r) {
+      const int64_t n = (lengths[static_cast<size_t>(r)] + bs - 1) / bs;
+      std::vector<int32_t> table;
+      for (int64_t b = 0; b < n; ++b) table.push_back(order[next++].item<int32_t>());
+      if (r == 4) table[0] = tables[1][0];  // a block shared with row 1
+      tables.push_back(table);
+    }
+    std::vector<const int32_t*> table_ptrs;
+    for (const auto& t : tables) table_ptrs.push_back(t.data());
+    const auto k = torch::randn({blocks, KV, bs, D}), v = torch::randn({blocks, KV, bs, D});
+    const auto q = torch::randn({rows, H * D}) * 2.0;
+    for (auto isa : builds()) {
+      KernelMode mode(isa);
+      auto expected = torch::empty({rows, H * D});
+      std::vector<float> scores(64);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t kvh = h / (H / KV);
+          decode::attend(q.data_ptr<float>() + r * H * D + h * D, k.data_ptr<float>() + kvh * bs * D,
+                         v.data_ptr<float>() + kvh * bs * D, tables[static_cast<size_t>(r)].data(), bs, KV * bs * D, D,
+                         lengths[static_cast<size_t>(r)], D, scores.data(),
+                         expected.data_ptr<float>() + r * H * D + h * D);
+        }
+      }
+      for (int threads : {1, 2, 3}) {
+        INFO(decode::isa_name(isa) << " heads " << H << "/" << KV << " dim " << D << " block " << bs << ", " << threads
+                                   << " threads");
+        IntraOpThreads intra(threads);
+        auto out = torch::full({rows, H * D}, std::numeric_limits<float>::quiet_NaN());
+        decode::attend_rows(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), table_ptrs.data(),
+                            lengths.data(), rows, H, KV, D, bs, out.data_ptr<float>());
+        CHECK(std::memcmp(out.data_ptr<float>(), expected.data_ptr<float>(), out.nbytes()) == 0);
+      }
+      // attend() itself: softmax(q k^T / sqrt(dim)) v, here for the last row.
+      const int64_t r = rows - 1, len = lengths.back();
+      for (int64_t h = 0; h < H; ++h) {
+        std::vector<at::Tensor> ks, vs;
+        for (int64_t s = 0; s < len; ++s) {
+          const int32_t block = tables.back()[static_cast<size_t>(s / bs)];
+          ks.push_back(k[block][h / (H / KV)][s % bs]);
+          vs.push_back(v[block][h / (H / KV)][s % bs]);
+        }
+        const auto qh = q[r].narrow(0, h * D, D);
+        const auto p = torch::softmax(torch::stack(ks).matmul(qh) / std::sqrt(static_cast<double>(D)), 0);
+        CHECK(torch::allclose(expected[r].narrow(0, h * D, D), p.matmul(torch::stack(vs)), 1e-5, 1e-5));
       }
     }
   }

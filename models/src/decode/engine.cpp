@@ -182,6 +182,8 @@ struct DecodeEngine::State {
 
   // Scratch, grown when a pass has more rows than any before (never per step afterwards).
   std::vector<float> x, xn, q, k, v, att, gate, up, logits, scores;
+  std::vector<const int32_t*> tables;  // per row of a pass: its sequence's block table
+  std::vector<int64_t> lengths;        // per row: the positions it attends to
   int64_t row_capacity = 0, logit_capacity = 0, score_capacity = 0;
 
   float* layer_keys(int64_t layer) { return kv.data_ptr<float>() + (2 * layer) * kv_blocks * block_size * kvdim(); }
@@ -400,6 +402,13 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     }
     float *x = st.x.data(), *xn = st.xn.data(), *q = st.q.data(), *k = st.k.data(), *v = st.v.data();
     float *att = st.att.data(), *gate = st.gate.data(), *up = st.up.data();
+    // Each row's block table and the positions it attends to (its own included), for every layer.
+    st.tables.resize(rows.size());
+    st.lengths.resize(rows.size());
+    for (int64_t r = 0; r < R; ++r) {
+      st.tables[static_cast<size_t>(r)] = seqs[static_cast<size_t>(rows[static_cast<size_t>(r)].seq)].blocks.data();
+      st.lengths[static_cast<size_t>(r)] = rows[static_cast<size_t>(r)].index + 1;
+    }
     for (int64_t r = 0; r < R; ++r) {
       std::memcpy(x + r * st.d, w.embed + rows[r].token * st.d, static_cast<size_t>(st.d) * sizeof(float));
     }
@@ -426,17 +435,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
           std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
         }
       }
-      const int64_t group = st.heads / st.kv_heads;
-      decode::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
-        float* scores = st.scores.data() + at::get_thread_num() * max_len;
-        for (int64_t i = b; i < e; ++i) {
-          const int64_t r = i / st.heads, h = i % st.heads, kvh = h / group;
-          const auto& row = rows[static_cast<size_t>(r)];
-          const auto& seq = seqs[static_cast<size_t>(row.seq)];
-          decode::attend(q + r * qdim + h * D, keys + kvh * bs * D, values + kvh * bs * D, seq.blocks.data(), bs,
-                         bs * kvdim, D, row.index + 1, D, scores, att + r * qdim + h * D);
-        }
-      });
+      decode::attend_rows(q, keys, values, st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
       decode::linear(att, qdim, R, L.wo, L.bo, qdim, st.d, x, st.d, true);
       for (int64_t r = 0; r < R; ++r) rms_norm(x + r * st.d, L.post_norm, st.d, st.eps, xn + r * st.d);
       decode::linear(xn, st.d, R, L.wg, L.bg, st.d, st.inter, gate, st.inter, false);

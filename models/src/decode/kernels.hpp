@@ -55,6 +55,17 @@ void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, cons
 void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
             int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out);
 
+/// attend() for every row r < rows and query head h < heads of a pass, bit for bit, over a paged
+/// cache of (block, kv head, position in block, dim): position s of row r lies in block
+/// tables[r][s / block_size]; its key starts at k + ((block * kv_heads + kv) * block_size + s % block_size) * dim
+/// (v likewise), kv = h / (heads / kv_heads). Row r attends to its first lengths[r] positions; q and
+/// out are (rows, heads * dim). Only the order memory is read in differs from attend() per (row, head):
+/// a row's kv heads are walked block by block (each block's heads one contiguous run, fetched ahead),
+/// each key read once for its GQA group's query heads; (row, kv head) units split over parallel_for
+/// in contiguous runs of about equal positions.
+void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
+                 int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out);
+
 /// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product).
 void silu_mul(float* gate, const float* up, int64_t n);
 
