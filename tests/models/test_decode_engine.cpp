@@ -187,6 +187,78 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("the per-row kernels (RMSNorm, SiLU*up, argmax) keep the plain loops' results bit for bit") {
+  torch::manual_seed(5);
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
+    for (int threads : {1, 2}) {
+      INFO(decode::isa_name(isa) << ", " << threads << " threads");
+      IntraOpThreads intra(threads);
+      // RMSNorm: rows taken through an index, d not a multiple of 8, more rows than one side-by-side group.
+      for (int64_t d : {5, 40, 512}) {
+        const int64_t rows = 19;
+        const auto x = torch::randn({rows + 3, d}), w = torch::randn({d});
+        std::vector<int64_t> index;
+        for (int64_t j = 0; j < rows; ++j) index.push_back((j * 7) % (rows + 3));
+        auto out = torch::empty({rows, d});
+        decode::rms_norm_rows(x.data_ptr<float>(), index.data(), rows, w.data_ptr<float>(), d, 1e-5F,
+                              out.data_ptr<float>());
+        auto expected = torch::empty({rows, d});
+        for (int64_t j = 0; j < rows; ++j) {
+          const float* xr = x.data_ptr<float>() + index[static_cast<size_t>(j)] * d;
+          const auto mean = static_cast<float>(decode::sum_squares(xr, d) / static_cast<double>(d));
+          const float r = 1.0F / std::sqrt(mean + 1e-5F);
+          for (int64_t i = 0; i < d; ++i) expected[j][i] = w[i].item<float>() * (xr[i] * r);
+        }
+        CHECK(torch::equal(out, expected));
+      }
+      // SiLU*up over lengths around the vector widths: the same values as one AVX2 (or portable) call.
+      for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 5000, 40003}) {
+        const auto gate = torch::randn({n}) * 4.0, up = torch::randn({n});
+        auto ours = gate.clone();
+        decode::silu_mul(ours.data_ptr<float>(), up.data_ptr<float>(), n);
+        auto plain = gate.clone();
+        {
+          IntraOpThreads one(1);
+          decode::limit_kernel_isa(std::min(isa, decode::Isa::kAvx2));
+          decode::silu_mul(plain.data_ptr<float>(), up.data_ptr<float>(), n);
+          decode::limit_kernel_isa(isa);  // back to this scope's build (KernelMode restores the best on exit)
+        }
+        CHECK(torch::equal(ours, plain));
+        CHECK(torch::allclose(ours, gate * torch::sigmoid(gate) * up, 1e-5, 1e-6));
+      }
+    }
+    // argmax: std::max_element's first maximum, with ties, signed zeros, -inf and NaN anywhere.
+    for (int64_t n : {1, 15, 16, 17, 100, 32000}) {
+      auto z = torch::randn({n});
+      auto check = [&](const char* what) {
+        INFO(decode::isa_name(isa) << " n " << n << ": " << what);
+        const float* p = z.data_ptr<float>();
+        CHECK(decode::argmax(p, n) == std::max_element(p, p + n) - p);
+      };
+      check("random");
+      z.index_put_({torch::indexing::Slice(n / 3, torch::indexing::None, 5)}, z.max().item<float>());
+      check("ties");
+      z.fill_(-std::numeric_limits<float>::infinity());
+      check("all -inf");
+      z.zero_();
+      z.index_put_({torch::indexing::Slice(0, torch::indexing::None, 2)}, -0.0F);
+      check("signed zeros");
+      z = torch::randn({n});
+      z[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      check("a NaN in the middle");
+      z[0] = std::numeric_limits<float>::quiet_NaN();
+      check("a NaN first");
+      if (n > 19) {
+        z = torch::randn({n});
+        z[3] = std::numeric_limits<float>::quiet_NaN();
+        z[19] = 100.0F;  // in the NaN's vector lane
+        check("a NaN in the first vector, the maximum in its lane");
+      }
+    }
+  }
+}
+
 TEST_CASE("decode engine greedy tokens equal the reference generate on Llama and Qwen2 shapes") {
   for (const auto& config : {llama_config(), qwen2_config()}) {
     for (auto isa : builds()) {

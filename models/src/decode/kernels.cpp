@@ -228,6 +228,90 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
   for (; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
 
+// GCC 12 warns about the undefined vector inside some AVX-512 intrinsics, which their results never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// exp_avx2's operations on 16 lanes.
+__attribute__((target("avx512f,avx2,fma"))) inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3F)), _mm512_set1_ps(88.3F));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341F), _mm512_set1_ps(0.5F)),
+                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375F), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4F), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4F);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1F));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0F)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// silu_mul_avx2's arithmetic: 16 lanes, then its own 8-lane loop and scalar tail (so every element
+// takes the path it takes there: the vector exp below n / 8 * 8, std::exp past it).
+__attribute__((target("avx512f,avx2,fma"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0F);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+  }
+  silu_mul_avx2(gate + i, up + i, n - i);
+}
+
+// std::max_element's index (the first maximum by operator<) for z without NaN; `nan` tells whether
+// z has one (the caller then takes std::max_element: a NaN lane would not follow its order).
+__attribute__((target("avx512f,avx2,fma"))) int64_t argmax_avx512(const float* z, int64_t n, bool& nan) {
+  nan = false;
+  if (n < 16 || n > std::numeric_limits<int32_t>::max()) return -1;
+  __m512 best = _mm512_loadu_ps(z);
+  __m512i best_i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i idx = best_i;
+  const __m512i step = _mm512_set1_epi32(16);
+  __mmask16 unordered = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+  int64_t i = 16;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(z + i);
+    idx = _mm512_add_epi32(idx, step);
+    const __mmask16 greater = _mm512_cmp_ps_mask(best, v, _CMP_LT_OQ);  // best < v: v is the lane's new max
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    best = _mm512_mask_mov_ps(best, greater, v);
+    best_i = _mm512_mask_mov_epi32(best_i, greater, idx);
+  }
+  if (unordered != 0) {
+    nan = true;
+    return -1;
+  }
+  alignas(64) float values[16];
+  alignas(64) int32_t index[16];
+  _mm512_store_ps(values, best);
+  _mm512_store_si512(index, best_i);
+  // The first index holding the maximum: lanes equal to it (+0 == -0), the smallest index.
+  int64_t arg = index[0];
+  float max = values[0];
+  for (int l = 1; l < 16; ++l) {
+    if (max < values[l] || (values[l] == max && index[l] < arg)) {
+      max = values[l];
+      arg = index[l];
+    }
+  }
+  for (; i < n; ++i) {
+    if (z[i] != z[i]) {
+      nan = true;
+      return -1;
+    }
+    if (max < z[i]) {
+      max = z[i];
+      arg = i;
+    }
+  }
+  return arg;
+}
+#pragma GCC diagnostic pop
+
 Isa cpu_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -932,16 +1016,61 @@ void attend_rows(const float* q, const float* k, const float* v, const int32_t* 
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
+  // Chunks of whole 8-float vectors from the start, so that each element takes the path (vector or
+  // scalar tail) it takes in one call over all n.
+  const int64_t vectors = (n + 7) / 8;
+  parallel_for(0, vectors, 2048, [&](int64_t v0, int64_t v1) {
+    const int64_t i0 = v0 * 8, i1 = std::min(n, v1 * 8);
 #ifdef HYFLOW_DECODE_X86
-  if (use_avx2()) return silu_mul_avx2(gate, up, n);
+    if (current_isa() == Isa::kAvx512) return silu_mul_avx512(gate + i0, up + i0, i1 - i0);
+    if (use_avx2()) return silu_mul_avx2(gate + i0, up + i0, i1 - i0);
 #endif
-  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+    for (int64_t i = i0; i < i1; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+  });
 }
 
 double sum_squares(const float* x, int64_t n) {
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
   return s;
+}
+
+void rms_norm_rows(const float* x, const int64_t* index, int64_t rows, const float* weight, int64_t d, float eps,
+                   float* out) {
+  constexpr int64_t kSide = 8;  // rows whose sums run side by side (independent add chains)
+  const int64_t grain = std::max<int64_t>(kSide, 16384 / std::max<int64_t>(1, d));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t j0 = r0; j0 < r1; j0 += kSide) {
+      const int64_t m = std::min(kSide, r1 - j0);
+      const float* in[kSide];
+      double sum[kSide];
+      for (int64_t j = 0; j < kSide; ++j) {
+        in[j] = x + (index != nullptr ? index[j0 + std::min(j, m - 1)] : j0 + std::min(j, m - 1)) * d;
+        sum[j] = 0.0;
+      }
+      // Each row's sum in order, as sum_squares; the rows past m repeat the last one.
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < kSide; ++j) sum[j] += static_cast<double>(in[j][i]) * in[j][i];
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const auto mean = static_cast<float>(sum[j] / static_cast<double>(d));
+        const float r = 1.0F / std::sqrt(mean + eps);
+        float* o = out + (j0 + j) * d;
+        for (int64_t i = 0; i < d; ++i) o[i] = weight[i] * (in[j][i] * r);
+      }
+    }
+  });
+}
+
+int64_t argmax(const float* z, int64_t n) {
+#ifdef HYFLOW_DECODE_X86
+  if (current_isa() == Isa::kAvx512) {
+    bool nan = false;
+    const int64_t arg = argmax_avx512(z, n, nan);
+    if (arg >= 0) return arg;
+  }
+#endif
+  return std::max_element(z, z + n) - z;
 }
 
 }  // namespace hyflow::models::decode

@@ -66,10 +66,21 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
 void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
                  int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out);
 
-/// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product).
+/// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product), split over
+/// parallel_for; the AVX-512 build computes the AVX2 build's values.
 void silu_mul(float* gate, const float* up, int64_t n);
 
-/// Sum of squares of x[0..n) in double (RMSNorm's mean of squares).
+/// Sum of squares of x[0..n) in double, in order (RMSNorm's mean of squares).
 double sum_squares(const float* x, int64_t n);
+
+/// RMSNorm of rows of d floats: out row j = weight * (x_i * (1 / sqrt(mean + eps))) with x_i the
+/// row index[j] of x (row j when index is null) and mean = float(sum_squares(x_i, d) / d): the
+/// reference's order of operations. Rows split over parallel_for; 8 rows' sums run side by side.
+void rms_norm_rows(const float* x, const int64_t* index, int64_t rows, const float* weight, int64_t d, float eps,
+                   float* out);
+
+/// std::max_element(z, z + n) - z: the first maximum (vectorized in the AVX-512 build; std::max_element
+/// itself where z holds a NaN).
+int64_t argmax(const float* z, int64_t n);
 
 }  // namespace hyflow::models::decode
