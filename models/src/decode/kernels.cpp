@@ -231,6 +231,7 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
 // GCC 12 warns about the undefined vector inside some AVX-512 intrinsics, which their results never read.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // exp_avx2's operations on 16 lanes.
 __attribute__((target("avx512f,avx2,fma"))) inline __m512 exp_avx512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3F)), _mm512_set1_ps(88.3F));
@@ -698,6 +699,7 @@ __attribute__((target("avx2,fma"))) void wsum_avx2(const float* p, int64_t ld, i
 // undefined vector inside the shuffle and extract intrinsics, which their results never read.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 __attribute__((target("avx512f,avx2,fma"))) inline float dot_avx512(const float* a, const float* b, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   int64_t k = 0;
@@ -714,14 +716,68 @@ __attribute__((target("avx512f,avx2,fma"))) inline float dot_avx512(const float*
   return _mm_cvtss_f32(s4);
 }
 
+// dot_avx512 of q with 16 consecutive keys (stride dim, a multiple of 8), their reduction trees run
+// side by side: the same adds on the same lanes, 16 positions per instruction after the first
+// level. Returns the 16 sums in position order.
+__attribute__((target("avx512f,avx2,fma"))) inline __m512 dot16_avx512(const float* q, const float* keys, int64_t dim) {
+  __m512 a[16];
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) a[p] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= dim; k += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + k);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) a[p] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + p * dim + k), a[p]);
+  }
+  if (k < dim) {  // 8 left: dot_avx2's acc0 only
+    const __m512 qv = _mm512_maskz_loadu_ps(0x00FF, q + k);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) {
+      a[p] = _mm512_mask3_fmadd_ps(qv, _mm512_maskz_loadu_ps(0x00FF, keys + p * dim + k), a[p], 0x00FF);
+    }
+  }
+  // acc0 + acc1 (lanes l and l + 8), two positions per register.
+  __m512 u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // hsum's first add (lanes 0-3 + lanes 4-7): v[i]'s 128-bit quarter m is position 4 i + m.
+  __m512 v[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Transpose each quarter's 4 x 4: s[e] lane 4 m + i holds element e of position 4 i + m.
+  const __m512 t0 = _mm512_unpacklo_ps(v[0], v[1]), t1 = _mm512_unpackhi_ps(v[0], v[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(v[2], v[3]), t3 = _mm512_unpackhi_ps(v[2], v[3]);
+  const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1), d2 = _mm512_castps_pd(t2),
+                d3 = _mm512_castps_pd(t3);
+  const __m512 s0 = _mm512_castpd_ps(_mm512_unpacklo_pd(d0, d2)), s1 = _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d2));
+  const __m512 s2 = _mm512_castpd_ps(_mm512_unpacklo_pd(d1, d3)), s3 = _mm512_castpd_ps(_mm512_unpackhi_pd(d1, d3));
+  // hsum's last adds: (e0 + e2) + (e1 + e3); then back to position order.
+  const __m512 sums = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, sums);
+}
+
 __attribute__((target("avx512f,avx2,fma"))) void scores_avx512(const float* q, int64_t nq, const float* keys, int64_t n,
                                                                int64_t dim, float scale, float* sc, int64_t ld,
                                                                float* maxes) {
+  const __m512 scale16 = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < nq; ++j) {
     const float* qj = q + j * dim;
     float* sj = sc + j * ld;
     float max = maxes[j];
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(sj + i, _mm512_div_ps(dot16_avx512(qj, keys + i * dim, dim), scale16));
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) max = std::max(max, sj[i + t]);
+    }
+    for (; i < n; ++i) {
       const float s = dot_avx512(qj, keys + i * dim, dim) / scale;
       sj[i] = s;
       max = std::max(max, s);
