@@ -115,7 +115,8 @@ TEST_CASE(
     "a pass's attention (attend_rows) equals attend() per row and head bit for bit, every build and thread count") {
   // Paged caches of random keys and values: rows of odd lengths over blocks taken in a shuffled
   // order, some shared between rows (as prefix sharing does); GQA and MHA, head dims with and
-  // without a scalar tail, odd block sizes.
+  // without a scalar tail (and with an 8-float vector past the 16-float ones), odd block sizes and
+  // blocks of 16 or more positions (the AVX-512 scores' 16-position path).
   struct Shape {
     int64_t heads, kv_heads, dim, block_size;
   };
@@ -129,7 +130,9 @@ TEST_CASE(
                                        {8, 8, 64, 16},
                                        {4, 1, 40, 6},
                                        {2, 2, 8, 2},
-                                       {4, 2, 100, 4}}) {
+                                       {4, 2, 100, 4},
+                                       {4, 2, 72, 16},
+                                       {2, 2, 136, 32}}) {
     const auto [H, KV, D, bs] = shape;
     const std::vector<int64_t> lengths{1, 37, bs, 2 * bs + 1, 50, 3, bs + 1};
     const auto rows = static_cast<int64_t>(lengths.size());
