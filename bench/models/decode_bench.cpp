@@ -231,7 +231,12 @@ void profile_step(const std::string& name, CausalLM& model, double mean_context,
   const int64_t blocks = (len + bs - 1) / bs;
   // Row r's blocks are r * blocks .. (r + 1) * blocks - 1 of one pool per layer, laid out as the
   // engine's: (block, kv head, position in block, head_dim).
-  auto keys = torch::randn({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = torch::randn_like(keys);
+  // Huge pages where the kernel gives them, as the engine's pool asks for.
+  auto keys = at::empty({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = at::empty_like(keys);
+  for (auto* t : {&keys, &values}) {
+    decode::advise_huge_pages(t->data_ptr(), t->nbytes());
+    t->normal_();
+  }
   std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
   for (int64_t b = 0; b < batch * blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   // The engine's call: every row's query heads of a layer at once, on the intra-op threads.

@@ -22,10 +22,6 @@
 #include <limits>
 #include <map>
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
-
 namespace hyflow::models {
 namespace {
 
@@ -282,22 +278,6 @@ void rotate(float* x, const float* cos, const float* sin, int64_t dim, float* tm
   for (int64_t i = half; i < dim; ++i) x[i] = tmp[i] * cos[i] + tmp[i - half] * sin[i];
 }
 
-// Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + bytes) (Linux; a hint the
-// kernel may ignore, and does in its "never" mode). Attention reads each row's blocks at scattered
-// places of the KV pool: with 4 KiB pages nearly every block is a TLB miss. Pages are still
-// touched (and backed) only where blocks are written, in steps of 2 MiB instead of 4 KiB.
-void advise_huge_pages(void* p, size_t bytes) {
-#ifdef __linux__
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
@@ -384,7 +364,8 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   } else if (blocks > st.kv_blocks || !st.kv.defined()) {
     st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
     st.kv_blocks = blocks;
-    advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
+    // Transparent huge pages: a step reads each row's blocks at scattered places of the pool.
+    decode::advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
   }
   st.pool.reset(st.kv_blocks);
   stats_.kv_block_bytes =

@@ -17,6 +17,10 @@
 #include <omp.h>
 #endif
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HYFLOW_DECODE_X86 1
@@ -1039,6 +1043,18 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed) {
   });
 }
 
+void advise_huge_pages(void* p, size_t bytes) {
+#ifdef __linux__
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
 #ifdef _OPENMP
   // This file's OpenMP runtime is LibTorch's on Debian (one libgomp); a LibTorch that bundles its
@@ -1094,7 +1110,7 @@ double sum_squares(const float* x, int64_t n) {
 void rms_norm_rows(const float* x, const int64_t* index, int64_t rows, const float* weight, int64_t d, float eps,
                    float* out) {
   constexpr int64_t kSide = 8;  // rows whose sums run side by side (independent add chains)
-  const int64_t grain = std::max<int64_t>(kSide, 16384 / std::max<int64_t>(1, d));
+  const int64_t grain = std::max<int64_t>(kSide, 4096 / std::max<int64_t>(1, d));
   parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t j0 = r0; j0 < r1; j0 += kSide) {
       const int64_t m = std::min(kSide, r1 - j0);

@@ -4,6 +4,7 @@
 // per process with __builtin_cpu_supports on x86; portable elsewhere): AVX-512 (the GEMM),
 // AVX2+FMA, or portable C++.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -25,6 +26,11 @@ void limit_kernel_isa(Isa max);
 /// at::parallel_for itself, but compiled where OpenMP is on (models/CMakeLists.txt): called
 /// from a file built without OpenMP it would run the whole range on the calling thread.
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+
+/// Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + bytes) (Linux madvise; a hint
+/// the kernel may ignore). For the KV pool, whose blocks a step reads at scattered places (a TLB miss
+/// per 4 KiB page otherwise); call it before the memory is first touched.
+void advise_huge_pages(void* p, size_t bytes);
 
 /// Output columns per panel of a packed weight.
 constexpr int64_t kPanel = 16;
