@@ -595,9 +595,10 @@ using ScoresFn = void (*)(const float* q, int64_t nq, const float* keys, int64_t
                           int64_t ld, float* maxes);
 // scores[s] = exp(scores[s] - max) for s < n; returns their sum (each build's order).
 using ExpFn = float (*)(float* scores, int64_t n, float max);
-// acc[j * dim + d] += p[j * ld + i] * value_i[d] for i < n in order, j < nq (value_i: values + i * dim).
-using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, const float* values, int64_t n, int64_t dim,
-                        float* acc);
+// acc[j * dim + d] += p[j * ld + i] * value_i[d] for i < n in order, query heads j < nq; query head j
+// reads the values of kv head j / group: value_i at values + (j / group) * head_floats + i * dim.
+using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+                        int64_t n, int64_t dim, float* acc);
 
 struct AttentionOps {
   ScoresFn scores;
@@ -639,8 +640,9 @@ __attribute__((noinline)) void wsum_tail(const float* p, const float* values, in
   }
 }
 
-void wsum_portable(const float* p, int64_t ld, int64_t nq, const float* values, int64_t n, int64_t dim, float* acc) {
-  for (int64_t j = 0; j < nq; ++j) wsum_tail(p + j * ld, values, n, dim, 0, acc + j * dim);
+void wsum_portable(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+                   int64_t n, int64_t dim, float* acc) {
+  for (int64_t j = 0; j < nq; ++j) wsum_tail(p + j * ld, values + (j / group) * head_floats, n, dim, 0, acc + j * dim);
 }
 
 #ifdef HYFLOW_DECODE_X86
@@ -676,8 +678,9 @@ __attribute__((target("avx2,fma"))) void wsum_chunk_avx2(const float* p, const f
   for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
 }
 
-__attribute__((target("avx2,fma"))) void wsum_avx2(const float* p, int64_t ld, int64_t nq, const float* values,
-                                                   int64_t n, int64_t dim, float* acc) {
+__attribute__((target("avx2,fma"))) void wsum_avx2(const float* p, int64_t ld, int64_t nq, int64_t group,
+                                                   const float* head0, int64_t head_floats, int64_t n, int64_t dim,
+                                                   float* acc) {
   using ChunkFn = void (*)(const float*, const float*, int64_t, int64_t, float*);
   static constexpr ChunkFn chunks[8] = {nullptr,
                                         &wsum_chunk_avx2<1>,
@@ -690,6 +693,7 @@ __attribute__((target("avx2,fma"))) void wsum_avx2(const float* p, int64_t ld, i
   const int64_t fused = dim / 8 * 8;
   for (int64_t j = 0; j < nq; ++j) {
     const float* pj = p + j * ld;
+    const float* values = head0 + (j / group) * head_floats;
     float* a = acc + j * dim;
     int64_t d = 0;
     for (; d + 64 <= fused; d += 64) wsum_chunk_avx2<8>(pj, values + d, n, dim, a + d);
@@ -811,14 +815,70 @@ __attribute__((target("avx512f,avx2,fma"))) void wsum_chunk_avx512(const float* 
   _mm512_mask_storeu_ps(acc + 16 * (NV - 1), last, a[NV - 1]);
 }
 
-__attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int64_t ld, int64_t nq,
-                                                             const float* values, int64_t n, int64_t dim, float* acc) {
+// wsum_chunk_avx512 for two query heads at once (two independent chains of fmas per register
+// column: a position's fma latency is hidden behind the other head's).
+template <int NV>
+__attribute__((target("avx512f,avx2,fma"))) void wsum_pair_avx512(const float* p0, const float* v0, float* acc0,
+                                                                  const float* p1, const float* v1, float* acc1,
+                                                                  int64_t n, int64_t dim, __mmask16 last) {
+  __m512 a[NV], b[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) {
+    a[j] = _mm512_loadu_ps(acc0 + 16 * j);
+    b[j] = _mm512_loadu_ps(acc1 + 16 * j);
+  }
+  a[NV - 1] = _mm512_maskz_loadu_ps(last, acc0 + 16 * (NV - 1));
+  b[NV - 1] = _mm512_maskz_loadu_ps(last, acc1 + 16 * (NV - 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 pa = _mm512_set1_ps(p0[i]), pb = _mm512_set1_ps(p1[i]);
+    const float *va = v0 + i * dim, *vb = v1 + i * dim;
+#pragma GCC unroll 4
+    for (int j = 0; j < NV - 1; ++j) {
+      a[j] = _mm512_fmadd_ps(pa, _mm512_loadu_ps(va + 16 * j), a[j]);
+      b[j] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vb + 16 * j), b[j]);
+    }
+    a[NV - 1] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(last, va + 16 * (NV - 1)), a[NV - 1]);
+    b[NV - 1] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(last, vb + 16 * (NV - 1)), b[NV - 1]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) {
+    _mm512_storeu_ps(acc0 + 16 * j, a[j]);
+    _mm512_storeu_ps(acc1 + 16 * j, b[j]);
+  }
+  _mm512_mask_storeu_ps(acc0 + 16 * (NV - 1), last, a[NV - 1]);
+  _mm512_mask_storeu_ps(acc1 + 16 * (NV - 1), last, b[NV - 1]);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int64_t ld, int64_t nq, int64_t group,
+                                                             const float* head0, int64_t head_floats, int64_t n,
+                                                             int64_t dim, float* acc) {
   using ChunkFn = void (*)(const float*, const float*, int64_t, int64_t, float*, __mmask16);
   static constexpr ChunkFn chunks[5] = {nullptr, &wsum_chunk_avx512<1>, &wsum_chunk_avx512<2>, &wsum_chunk_avx512<3>,
                                         &wsum_chunk_avx512<4>};
+  using PairFn =
+      void (*)(const float*, const float*, float*, const float*, const float*, float*, int64_t, int64_t, __mmask16);
+  static constexpr PairFn pairs[5] = {nullptr, &wsum_pair_avx512<1>, &wsum_pair_avx512<2>, &wsum_pair_avx512<3>,
+                                      &wsum_pair_avx512<4>};
   const int64_t fused = dim / 8 * 8;
-  for (int64_t j = 0; j < nq; ++j) {
+  int64_t j = 0;
+  for (; j + 2 <= nq; j += 2) {
+    const float *p0 = p + j * ld, *p1 = p0 + ld;
+    const float *v0 = head0 + (j / group) * head_floats, *v1 = head0 + ((j + 1) / group) * head_floats;
+    float *a0 = acc + j * dim, *a1 = a0 + dim;
+    int64_t d = 0;
+    for (; d + 64 <= fused; d += 64) wsum_pair_avx512<4>(p0, v0 + d, a0 + d, p1, v1 + d, a1 + d, n, dim, 0xFFFF);
+    if (d < fused) {
+      const int64_t rest = fused - d;  // a multiple of 8 below 64
+      pairs[(rest + 15) / 16](p0, v0 + d, a0 + d, p1, v1 + d, a1 + d, n, dim, rest % 16 == 0 ? 0xFFFF : 0x00FF);
+    }
+    if (fused < dim) {
+      wsum_tail(p0, v0, n, dim, fused, a0);
+      wsum_tail(p1, v1, n, dim, fused, a1);
+    }
+  }
+  for (; j < nq; ++j) {
     const float* pj = p + j * ld;
+    const float* values = head0 + (j / group) * head_floats;
     float* a = acc + j * dim;
     int64_t d = 0;
     for (; d + 64 <= fused; d += 64) wsum_chunk_avx512<4>(pj, values + d, n, dim, a + d, 0xFFFF);
@@ -951,9 +1011,11 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   for (int64_t b = 0, s = 0; s < len; ++b) {
     const int64_t n = std::min(bs, len - s);
     const float* values = at(a.v, b);
-    for (int64_t g = 0; g < span; ++g) {
-      ahead.fetch();
-      ops.wsum(sc + g * group * len + s, len, group, values + g * head_floats, n, dim, out + g * group * dim);
+    for (int64_t g = 0; g < span; g += 2) {  // two kv heads (their query heads) per call
+      const int64_t m = std::min<int64_t>(2, span - g);
+      for (int64_t t = 0; t < m; ++t) ahead.fetch();
+      ops.wsum(sc + g * group * len + s, len, m * group, group, values + g * head_floats, head_floats, n, dim,
+               out + g * group * dim);
     }
     s += n;
   }
