@@ -1,6 +1,6 @@
 // The decode engine's kernels: a small-batch GEMM on packed weights (panels of 16 output
-// columns, k-major) with a broadcast register tile, and paged single-head attention, in
-// AVX-512 (GEMM only), AVX2+FMA and portable builds chosen at run time. No global -march flag:
+// columns, k-major) with a broadcast register tile, and paged attention (per head, and a pass's
+// rows at once), in AVX-512, AVX2+FMA and portable builds chosen at run time. No global -march flag:
 // the vector functions carry target attributes, so the library still runs on CPUs without
 // AVX2 (and builds on non-x86 hosts, where only the portable build exists).
 #include "kernels.hpp"

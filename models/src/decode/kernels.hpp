@@ -1,8 +1,8 @@
 #pragma once
 // The decode engine's CPU kernels on raw float32 pointers (internal to hyflow::models). Each
 // function picks the best build the CPU runs (function-level target attributes, checked once
-// per process with __builtin_cpu_supports on x86; portable elsewhere): AVX-512 (the GEMM),
-// AVX2+FMA, or portable C++.
+// per process with __builtin_cpu_supports on x86; portable elsewhere): AVX-512 (the GEMM, a pass's
+// attention, SiLU*up, argmax), AVX2+FMA, or portable C++.
 
 #include <cstddef>
 #include <cstdint>
