@@ -243,23 +243,24 @@ void profile_step(const std::string& name, CausalLM& model, double mean_context,
   const int64_t blocks = (len + bs - 1) / bs;
   // Row r's blocks are r * blocks .. (r + 1) * blocks - 1 of one pool per layer, laid out as the
   // engine's: (block, kv head, position in block, head_dim).
-  auto keys = torch::randn({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = torch::randn_like(keys);
+  // Huge pages where the kernel gives them, as the engine's pool asks for.
+  auto keys = at::empty({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = at::empty_like(keys);
+  for (auto* t : {&keys, &values}) {
+    decode::advise_huge_pages(t->data_ptr(), t->nbytes());
+    t->normal_();
+  }
   std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
   for (int64_t b = 0; b < batch * blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-  // Split over (row, head) on the intra-op threads, as the engine does.
-  const int64_t heads = c.num_attention_heads, threads = at::get_num_threads();
-  std::vector<float> q(static_cast<size_t>(D), 0.1F), scores(static_cast<size_t>(len * threads));
-  std::vector<float> out(static_cast<size_t>(batch * heads * D));
+  // The engine's call: every row's query heads of a layer at once, on the intra-op threads.
+  const int64_t qdim = c.num_attention_heads * D;
+  std::vector<float> q(static_cast<size_t>(batch * qdim), 0.1F), out(static_cast<size_t>(batch * qdim));
+  std::vector<const int32_t*> tables(static_cast<size_t>(batch));
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), len);
+  for (int64_t r = 0; r < batch; ++r) tables[static_cast<size_t>(r)] = table.data() + r * blocks;
   const double attention_s = best_of(3, [&] {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      decode::parallel_for(0, batch * heads, 1, [&](int64_t b, int64_t e) {
-        float* s = scores.data() + at::get_thread_num() * len;
-        for (int64_t i = b; i < e; ++i) {
-          const int64_t r = i / heads, kvh = i % heads / (heads / c.num_key_value_heads);
-          decode::attend(q.data(), keys[l].data_ptr<float>() + kvh * bs * D, values[l].data_ptr<float>() + kvh * bs * D,
-                         table.data() + r * blocks, bs, bs * kvdim, D, len, D, s, out.data() + i * D);
-        }
-      });
+      decode::attend_rows(q.data(), keys[l].data_ptr<float>(), values[l].data_ptr<float>(), tables.data(),
+                          lengths.data(), batch, c.num_attention_heads, c.num_key_value_heads, D, bs, out.data());
     }
   });
   const nlohmann::json parts{{"gemm_ms", linear_s * 1e3},

@@ -12,7 +12,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -104,6 +106,157 @@ TEST_CASE("the decode GEMM's sums do not depend on the other rows, and the vecto
         float acc = 0.0F;
         for (int64_t k = 0; k < in; ++k) acc = std::fma(xa[r][k], wa[o][k], acc);
         CHECK(all[r][o].item<float>() == acc);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "a pass's attention (attend_rows) equals attend() per row and head bit for bit, every build and thread count") {
+  // Paged caches of random keys and values: rows of odd lengths over blocks taken in a shuffled
+  // order, some shared between rows (as prefix sharing does); GQA and MHA, head dims with and
+  // without a scalar tail (and with an 8-float vector past the 16-float ones), odd block sizes and
+  // blocks of 16 or more positions (the AVX-512 scores' 16-position path).
+  struct Shape {
+    int64_t heads, kv_heads, dim, block_size;
+  };
+  torch::manual_seed(3);
+  for (auto shape : std::vector<Shape>{{4, 4, 10, 3},
+                                       {4, 2, 64, 16},
+                                       {6, 3, 72, 5},
+                                       {14, 2, 64, 16},
+                                       {2, 1, 3, 1},
+                                       {3, 3, 136, 7},
+                                       {8, 8, 64, 16},
+                                       {4, 1, 40, 6},
+                                       {2, 2, 8, 2},
+                                       {4, 2, 100, 4},
+                                       {4, 2, 72, 16},
+                                       {2, 2, 136, 32}}) {
+    const auto [H, KV, D, bs] = shape;
+    const std::vector<int64_t> lengths{1, 37, bs, 2 * bs + 1, 50, 3, bs + 1};
+    const auto rows = static_cast<int64_t>(lengths.size());
+    int64_t blocks = 0;
+    for (auto len : lengths) blocks += (len + bs - 1) / bs;
+    const auto order = torch::randperm(blocks, torch::kInt);
+    std::vector<std::vector<int32_t>> tables;
+    for (int64_t r = 0, next = 0; r < rows; ++r) {
+      const int64_t n = (lengths[static_cast<size_t>(r)] + bs - 1) / bs;
+      std::vector<int32_t> table;
+      for (int64_t b = 0; b < n; ++b) table.push_back(order[next++].item<int32_t>());
+      if (r == 4) table[0] = tables[1][0];  // a block shared with row 1
+      tables.push_back(table);
+    }
+    std::vector<const int32_t*> table_ptrs;
+    for (const auto& t : tables) table_ptrs.push_back(t.data());
+    const auto k = torch::randn({blocks, KV, bs, D}), v = torch::randn({blocks, KV, bs, D});
+    const auto q = torch::randn({rows, H * D}) * 2.0;
+    for (auto isa : builds()) {
+      KernelMode mode(isa);
+      auto expected = torch::empty({rows, H * D});
+      std::vector<float> scores(64);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t kvh = h / (H / KV);
+          decode::attend(q.data_ptr<float>() + r * H * D + h * D, k.data_ptr<float>() + kvh * bs * D,
+                         v.data_ptr<float>() + kvh * bs * D, tables[static_cast<size_t>(r)].data(), bs, KV * bs * D, D,
+                         lengths[static_cast<size_t>(r)], D, scores.data(),
+                         expected.data_ptr<float>() + r * H * D + h * D);
+        }
+      }
+      for (int threads : {1, 2, 3}) {
+        INFO(decode::isa_name(isa) << " heads " << H << "/" << KV << " dim " << D << " block " << bs << ", " << threads
+                                   << " threads");
+        IntraOpThreads intra(threads);
+        auto out = torch::full({rows, H * D}, std::numeric_limits<float>::quiet_NaN());
+        decode::attend_rows(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), table_ptrs.data(),
+                            lengths.data(), rows, H, KV, D, bs, out.data_ptr<float>());
+        CHECK(std::memcmp(out.data_ptr<float>(), expected.data_ptr<float>(), out.nbytes()) == 0);
+      }
+      // attend() itself: softmax(q k^T / sqrt(dim)) v, here for the last row.
+      const int64_t r = rows - 1, len = lengths.back();
+      for (int64_t h = 0; h < H; ++h) {
+        std::vector<at::Tensor> ks, vs;
+        for (int64_t s = 0; s < len; ++s) {
+          const int32_t block = tables.back()[static_cast<size_t>(s / bs)];
+          ks.push_back(k[block][h / (H / KV)][s % bs]);
+          vs.push_back(v[block][h / (H / KV)][s % bs]);
+        }
+        const auto qh = q[r].narrow(0, h * D, D);
+        const auto p = torch::softmax(torch::stack(ks).matmul(qh) / std::sqrt(static_cast<double>(D)), 0);
+        CHECK(torch::allclose(expected[r].narrow(0, h * D, D), p.matmul(torch::stack(vs)), 1e-5, 1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("the per-row kernels (RMSNorm, SiLU*up, argmax) keep the plain loops' results bit for bit") {
+  torch::manual_seed(5);
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
+    for (int threads : {1, 2}) {
+      INFO(decode::isa_name(isa) << ", " << threads << " threads");
+      IntraOpThreads intra(threads);
+      // RMSNorm: rows taken through an index, d not a multiple of 8, more rows than one side-by-side group.
+      for (int64_t d : {5, 40, 512}) {
+        const int64_t rows = 19;
+        const auto x = torch::randn({rows + 3, d}), w = torch::randn({d});
+        std::vector<int64_t> index;
+        for (int64_t j = 0; j < rows; ++j) index.push_back((j * 7) % (rows + 3));
+        auto out = torch::empty({rows, d});
+        decode::rms_norm_rows(x.data_ptr<float>(), index.data(), rows, w.data_ptr<float>(), d, 1e-5F,
+                              out.data_ptr<float>());
+        auto expected = torch::empty({rows, d});
+        for (int64_t j = 0; j < rows; ++j) {
+          const float* xr = x.data_ptr<float>() + index[static_cast<size_t>(j)] * d;
+          const auto mean = static_cast<float>(decode::sum_squares(xr, d) / static_cast<double>(d));
+          const float r = 1.0F / std::sqrt(mean + 1e-5F);
+          for (int64_t i = 0; i < d; ++i) expected[j][i] = w[i].item<float>() * (xr[i] * r);
+        }
+        CHECK(torch::equal(out, expected));
+      }
+      // SiLU*up over lengths around the vector widths: the same values as one AVX2 (or portable) call.
+      for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 5000, 40003}) {
+        const auto gate = torch::randn({n}) * 4.0, up = torch::randn({n});
+        auto ours = gate.clone();
+        decode::silu_mul(ours.data_ptr<float>(), up.data_ptr<float>(), n);
+        auto plain = gate.clone();
+        {
+          IntraOpThreads one(1);
+          decode::limit_kernel_isa(std::min(isa, decode::Isa::kAvx2));
+          decode::silu_mul(plain.data_ptr<float>(), up.data_ptr<float>(), n);
+          decode::limit_kernel_isa(isa);  // back to this scope's build (KernelMode restores the best on exit)
+        }
+        CHECK(torch::equal(ours, plain));
+        CHECK(torch::allclose(ours, gate * torch::sigmoid(gate) * up, 1e-5, 1e-6));
+      }
+    }
+    // argmax: std::max_element's first maximum, with ties, signed zeros, -inf and NaN anywhere.
+    for (int64_t n : {1, 15, 16, 17, 100, 32000}) {
+      auto z = torch::randn({n});
+      auto check = [&](const char* what) {
+        INFO(decode::isa_name(isa) << " n " << n << ": " << what);
+        const float* p = z.data_ptr<float>();
+        CHECK(decode::argmax(p, n) == std::max_element(p, p + n) - p);
+      };
+      check("random");
+      z.index_put_({torch::indexing::Slice(n / 3, torch::indexing::None, 5)}, z.max().item<float>());
+      check("ties");
+      z.fill_(-std::numeric_limits<float>::infinity());
+      check("all -inf");
+      z.zero_();
+      z.index_put_({torch::indexing::Slice(0, torch::indexing::None, 2)}, -0.0F);
+      check("signed zeros");
+      z = torch::randn({n});
+      z[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      check("a NaN in the middle");
+      z[0] = std::numeric_limits<float>::quiet_NaN();
+      check("a NaN first");
+      if (n > 19) {
+        z = torch::randn({n});
+        z[3] = std::numeric_limits<float>::quiet_NaN();
+        z[19] = 100.0F;  // in the NaN's vector lane
+        check("a NaN in the first vector, the maximum in its lane");
       }
     }
   }

@@ -181,8 +181,11 @@ struct DecodeEngine::State {
   std::vector<PackedWeight> packed;
 
   // Scratch, grown when a pass has more rows than any before (never per step afterwards).
-  std::vector<float> x, xn, q, k, v, att, gate, up, logits, scores;
-  int64_t row_capacity = 0, logit_capacity = 0, score_capacity = 0;
+  std::vector<float> x, xn, q, k, v, att, gate, up, logits, rotate_tmp;
+  std::vector<const int32_t*> tables;  // per row of a pass: its sequence's block table
+  std::vector<int64_t> lengths;        // per row: the positions it attends to
+  std::vector<int64_t> logit_rows;     // the rows of a pass that need logits, in order
+  int64_t row_capacity = 0, logit_capacity = 0;
 
   float* layer_keys(int64_t layer) { return kv.data_ptr<float>() + (2 * layer) * kv_blocks * block_size * kvdim(); }
   float* layer_values(int64_t layer) {
@@ -258,16 +261,18 @@ bool DecodeEngine::kernels_support(const CausalLM& model) {
 
 namespace {
 
-// x * (1 / sqrt(mean(x^2) + eps)) * weight, in the reference's order of float operations.
-void rms_norm(const float* x, const float* weight, int64_t d, float eps, float* out) {
-  const auto mean = static_cast<float>(decode::sum_squares(x, d) / static_cast<double>(d));
-  const float r = 1.0F / std::sqrt(mean + eps);
-  for (int64_t i = 0; i < d; ++i) out[i] = weight[i] * (x[i] * r);
-}
-
-// x cos + rotate_half(x) sin for one head, in place (tmp: head_dim floats).
+// x cos + rotate_half(x) sin for one head, in place: element i < half and its partner i + half are
+// read before either is written. An odd dim (no rotary model has one) goes through tmp (dim floats).
 void rotate(float* x, const float* cos, const float* sin, int64_t dim, float* tmp) {
   const int64_t half = dim / 2;
+  if (dim % 2 == 0) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * cos[i] + (-b) * sin[i];
+      x[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+    return;
+  }
   std::memcpy(tmp, x, static_cast<size_t>(dim) * sizeof(float));
   for (int64_t i = 0; i < half; ++i) x[i] = tmp[i] * cos[i] + (-tmp[i + half]) * sin[i];
   for (int64_t i = half; i < dim; ++i) x[i] = tmp[i] * cos[i] + tmp[i - half] * sin[i];
@@ -359,6 +364,8 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   } else if (blocks > st.kv_blocks || !st.kv.defined()) {
     st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
     st.kv_blocks = blocks;
+    // Transparent huge pages: a step reads each row's blocks at scattered places of the pool.
+    decode::advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
   }
   st.pool.reset(st.kv_blocks);
   stats_.kv_block_bytes =
@@ -394,61 +401,59 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       st.logit_capacity = n_logits;
     }
     const int64_t threads = at::get_num_threads();
-    if (max_len * threads > st.score_capacity) {
-      grow(st.scores, max_len * threads + threads * D);
-      st.score_capacity = max_len * threads;
-    }
+    grow(st.rotate_tmp, threads * D);
     float *x = st.x.data(), *xn = st.xn.data(), *q = st.q.data(), *k = st.k.data(), *v = st.v.data();
     float *att = st.att.data(), *gate = st.gate.data(), *up = st.up.data();
+    // Each row's block table and the positions it attends to (its own included), for every layer.
+    st.tables.resize(rows.size());
+    st.lengths.resize(rows.size());
+    st.logit_rows.clear();
+    for (int64_t r = 0; r < R; ++r) {
+      const auto& row = rows[static_cast<size_t>(r)];
+      st.tables[static_cast<size_t>(r)] = seqs[static_cast<size_t>(row.seq)].blocks.data();
+      st.lengths[static_cast<size_t>(r)] = row.index + 1;
+      if (row.logits) st.logit_rows.push_back(r);
+    }
+    // Per-row work (rotary, KV writes) splits over the threads in chunks of at least this many rows.
+    const int64_t row_grain = std::max<int64_t>(4, 8192 / std::max<int64_t>(1, qdim + kvdim));
     for (int64_t r = 0; r < R; ++r) {
       std::memcpy(x + r * st.d, w.embed + rows[r].token * st.d, static_cast<size_t>(st.d) * sizeof(float));
     }
     for (int64_t l = 0; l < st.layers; ++l) {
       const auto& L = w.layers[static_cast<size_t>(l)];
-      for (int64_t r = 0; r < R; ++r) rms_norm(x + r * st.d, L.input_norm, st.d, st.eps, xn + r * st.d);
+      decode::rms_norm_rows(x, nullptr, R, L.input_norm, st.d, st.eps, xn);
       decode::linear(xn, st.d, R, L.wq, L.bq, st.d, qdim, q, qdim, false);
       decode::linear(xn, st.d, R, L.wk, L.bk, st.d, kvdim, k, kvdim, false);
       decode::linear(xn, st.d, R, L.wv, L.bv, st.d, kvdim, v, kvdim, false);
       float* keys = st.layer_keys(l);
       float* values = st.layer_values(l);
-      float* tmp = st.scores.data() + st.score_capacity;  // head_dim floats past the score scratch
-      for (int64_t r = 0; r < R; ++r) {
-        const auto& row = rows[r];
-        const float* c = cos_table + row.position * D;
-        const float* s = sin_table + row.position * D;
-        for (int64_t h = 0; h < st.heads; ++h) rotate(q + r * qdim + h * D, c, s, D, tmp);
-        for (int64_t h = 0; h < st.kv_heads; ++h) rotate(k + r * kvdim + h * D, c, s, D, tmp);
-        const auto& seq = seqs[static_cast<size_t>(row.seq)];
-        const int64_t slot =
-            static_cast<int64_t>(seq.blocks[static_cast<size_t>(row.index / bs)]) * bs * kvdim + (row.index % bs) * D;
-        for (int64_t h = 0; h < st.kv_heads; ++h) {
-          std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
-          std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
-        }
-      }
-      const int64_t group = st.heads / st.kv_heads;
-      decode::parallel_for(0, R * st.heads, 1, [&](int64_t b, int64_t e) {
-        float* scores = st.scores.data() + at::get_thread_num() * max_len;
-        for (int64_t i = b; i < e; ++i) {
-          const int64_t r = i / st.heads, h = i % st.heads, kvh = h / group;
+      decode::parallel_for(0, R, row_grain, [&](int64_t r0, int64_t r1) {
+        float* tmp = st.rotate_tmp.data() + at::get_thread_num() * D;
+        for (int64_t r = r0; r < r1; ++r) {
           const auto& row = rows[static_cast<size_t>(r)];
-          const auto& seq = seqs[static_cast<size_t>(row.seq)];
-          decode::attend(q + r * qdim + h * D, keys + kvh * bs * D, values + kvh * bs * D, seq.blocks.data(), bs,
-                         bs * kvdim, D, row.index + 1, D, scores, att + r * qdim + h * D);
+          const float* c = cos_table + row.position * D;
+          const float* s = sin_table + row.position * D;
+          for (int64_t h = 0; h < st.heads; ++h) rotate(q + r * qdim + h * D, c, s, D, tmp);
+          for (int64_t h = 0; h < st.kv_heads; ++h) rotate(k + r * kvdim + h * D, c, s, D, tmp);
+          const int64_t slot = static_cast<int64_t>(st.tables[static_cast<size_t>(r)][row.index / bs]) * bs * kvdim +
+                               (row.index % bs) * D;
+          for (int64_t h = 0; h < st.kv_heads; ++h) {
+            std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+            std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+          }
         }
       });
+      decode::attend_rows(q, keys, values, st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
       decode::linear(att, qdim, R, L.wo, L.bo, qdim, st.d, x, st.d, true);
-      for (int64_t r = 0; r < R; ++r) rms_norm(x + r * st.d, L.post_norm, st.d, st.eps, xn + r * st.d);
+      decode::rms_norm_rows(x, nullptr, R, L.post_norm, st.d, st.eps, xn);
       decode::linear(xn, st.d, R, L.wg, L.bg, st.d, st.inter, gate, st.inter, false);
       decode::linear(xn, st.d, R, L.wu, L.bu, st.d, st.inter, up, st.inter, false);
       decode::silu_mul(gate, up, R * st.inter);
       decode::linear(gate, st.inter, R, L.wd, L.bd, st.inter, st.d, x, st.d, true);
     }
     // Final norm and logits for the rows that need them, packed.
-    int64_t j = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      if (rows[static_cast<size_t>(r)].logits) rms_norm(x + r * st.d, w.final_norm, st.d, st.eps, xn + (j++) * st.d);
-    }
+    const auto j = static_cast<int64_t>(st.logit_rows.size());
+    decode::rms_norm_rows(x, st.logit_rows.data(), j, w.final_norm, st.d, st.eps, xn);
     decode::linear(xn, st.d, j, w.head, nullptr, st.d, st.vocab, st.logits.data(), st.vocab, false);
   };
 
@@ -462,11 +467,15 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     chosen.assign(picks.size(), 0);
     chosen_lp.assign(picks.size(), 0.0F);
     const float* logits = st.logits.data();
+    const auto n_picks = static_cast<int64_t>(picks.size());
+    const int64_t pick_grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, st.vocab));
     if (greedy) {
-      for (size_t i = 0; i < picks.size(); ++i) {
-        const float* z = logits + picks[i].logits_row * st.vocab;
-        chosen[i] = std::max_element(z, z + st.vocab) - z;  // first maximum: the lowest id on ties
-      }
+      decode::parallel_for(0, n_picks, pick_grain, [&](int64_t i0, int64_t i1) {
+        for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+          // The first maximum: the lowest id on ties.
+          chosen[i] = decode::argmax(logits + picks[i].logits_row * st.vocab, st.vocab);
+        }
+      });
     } else {
       // Counter-based sampling, grouped by step: a token depends on (seed, row id, step) only.
       std::map<int64_t, std::vector<size_t>> by_step;
@@ -486,15 +495,18 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       }
     }
     if (sampling.return_log_probs) {
-      for (size_t i = 0; i < picks.size(); ++i) {
-        const float* z = logits + picks[i].logits_row * st.vocab;
-        double max_z = -std::numeric_limits<double>::infinity();
-        for (int64_t t = 0; t < st.vocab; ++t)
-          max_z = std::max<double>(max_z, z[t] / static_cast<float>(lp_temperature));
-        double total = 0.0;
-        for (int64_t t = 0; t < st.vocab; ++t) total += std::exp(z[t] / static_cast<float>(lp_temperature) - max_z);
-        chosen_lp[i] = static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - std::log(total));
-      }
+      decode::parallel_for(0, n_picks, pick_grain, [&](int64_t i0, int64_t i1) {
+        for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+          const float* z = logits + picks[i].logits_row * st.vocab;
+          double max_z = -std::numeric_limits<double>::infinity();
+          for (int64_t t = 0; t < st.vocab; ++t)
+            max_z = std::max<double>(max_z, z[t] / static_cast<float>(lp_temperature));
+          double total = 0.0;
+          for (int64_t t = 0; t < st.vocab; ++t) total += std::exp(z[t] / static_cast<float>(lp_temperature) - max_z);
+          chosen_lp[i] =
+              static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - std::log(total));
+        }
+      });
     }
   };
 

@@ -1,6 +1,6 @@
 // The decode engine's kernels: a small-batch GEMM on packed weights (panels of 16 output
-// columns, k-major) with a broadcast register tile, and paged single-head attention, in
-// AVX-512 (GEMM only), AVX2+FMA and portable builds chosen at run time. No global -march flag:
+// columns, k-major) with a broadcast register tile, and paged attention (per head, and a pass's
+// rows at once), in AVX-512, AVX2+FMA and portable builds chosen at run time. No global -march flag:
 // the vector functions carry target attributes, so the library still runs on CPUs without
 // AVX2 (and builds on non-x86 hosts, where only the portable build exists).
 #include "kernels.hpp"
@@ -15,6 +15,10 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+
+#ifdef __linux__
+#include <sys/mman.h>
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -177,7 +181,9 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx,
   }
 }
 
-__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+// Out of line, always: attend() and attend_rows() run this one body, so that the compiler's choices
+// for the scalar tail (GCC contracts it into fmas and may vectorize part of it) are the same for both.
+__attribute__((target("avx2,fma"), noinline)) float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
@@ -236,6 +242,91 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
   }
   for (; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
+
+// GCC 12 warns about the undefined vector inside some AVX-512 intrinsics, which their results never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// exp_avx2's operations on 16 lanes.
+__attribute__((target("avx512f,avx2,fma"))) inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3F)), _mm512_set1_ps(88.3F));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341F), _mm512_set1_ps(0.5F)),
+                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375F), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4F), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4F);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1F));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1F));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0F)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// silu_mul_avx2's arithmetic: 16 lanes, then its own 8-lane loop and scalar tail (so every element
+// takes the path it takes there: the vector exp below n / 8 * 8, std::exp past it).
+__attribute__((target("avx512f,avx2,fma"))) void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0F);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+  }
+  silu_mul_avx2(gate + i, up + i, n - i);
+}
+
+// std::max_element's index (the first maximum by operator<) for z without NaN; `nan` tells whether
+// z has one (the caller then takes std::max_element: a NaN lane would not follow its order).
+__attribute__((target("avx512f,avx2,fma"))) int64_t argmax_avx512(const float* z, int64_t n, bool& nan) {
+  nan = false;
+  if (n < 16 || n > std::numeric_limits<int32_t>::max()) return -1;
+  __m512 best = _mm512_loadu_ps(z);
+  __m512i best_i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i idx = best_i;
+  const __m512i step = _mm512_set1_epi32(16);
+  __mmask16 unordered = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+  int64_t i = 16;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(z + i);
+    idx = _mm512_add_epi32(idx, step);
+    const __mmask16 greater = _mm512_cmp_ps_mask(best, v, _CMP_LT_OQ);  // best < v: v is the lane's new max
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    best = _mm512_mask_mov_ps(best, greater, v);
+    best_i = _mm512_mask_mov_epi32(best_i, greater, idx);
+  }
+  if (unordered != 0) {
+    nan = true;
+    return -1;
+  }
+  alignas(64) float values[16];
+  alignas(64) int32_t index[16];
+  _mm512_store_ps(values, best);
+  _mm512_store_si512(index, best_i);
+  // The first index holding the maximum: lanes equal to it (+0 == -0), the smallest index.
+  int64_t arg = index[0];
+  float max = values[0];
+  for (int l = 1; l < 16; ++l) {
+    if (max < values[l] || (values[l] == max && index[l] < arg)) {
+      max = values[l];
+      arg = index[l];
+    }
+  }
+  for (; i < n; ++i) {
+    if (z[i] != z[i]) {
+      nan = true;
+      return -1;
+    }
+    if (max < z[i]) {
+      max = z[i];
+      arg = i;
+    }
+  }
+  return arg;
+}
+#pragma GCC diagnostic pop
 
 Isa cpu_isa() {
   static const Isa isa = [] {
@@ -511,6 +602,486 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
   }
 }
 
+// ---- a pass's attention: every (row, query head) at once --------------------------------
+// attend_rows computes what attend() computes for each (row, query head), bit for bit: the same
+// dot product (per build), score / sqrt(dim), the running max in position order, the same exp and
+// sum, p = score / total, and the weighted sum of values in position order from 0 per dimension
+// (one fma per position on the first dim / 8 * 8 dimensions in the vector builds, a product then a
+// sum on the rest and everywhere in the portable build). What changes is the order memory is
+// visited: a segment of one row's kv heads is walked block by block, all its heads in a block
+// being one contiguous run (every head of a block at 42M: 32 KiB of keys), each key read once for
+// the query heads of its GQA group, the next block fetched ahead; the accumulators of the weighted
+// sum live in `out` between blocks (a store and a load are exact).
+
+// Keys of `n` positions of one kv head in a block against `nq` query heads (q: nq x dim):
+// sc[j * ld + i] = dot(q_j, key_i) / scale, maxes[j] = max(maxes[j], sc) in position order.
+using ScoresFn = void (*)(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
+                          int64_t ld, float* maxes);
+// scores[s] = exp(scores[s] - max) for s < n; returns their sum (each build's order).
+using ExpFn = float (*)(float* scores, int64_t n, float max);
+// acc[j * dim + d] += p[j * ld + i] * value_i[d] for i < n in order, query heads j < nq; query head j
+// reads the values of kv head j / group: value_i at values + (j / group) * head_floats + i * dim.
+using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+                        int64_t n, int64_t dim, float* acc);
+
+struct AttentionOps {
+  ScoresFn scores;
+  ExpFn exp_shift;
+  WsumFn wsum;
+};
+
+void scores_portable(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
+                     int64_t ld, float* maxes) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = dot_portable(qj, keys + i * dim, dim) / scale;
+      sj[i] = s;
+      max = std::max(max, s);
+    }
+    maxes[j] = max;
+  }
+}
+
+float exp_shift_portable(float* scores, int64_t n, float max) {
+  float total = 0.0F;
+  for (int64_t s = 0; s < n; ++s) {
+    scores[s] = std::exp(scores[s] - max);
+    total += scores[s];
+  }
+  return total;
+}
+
+// The tail of the weighted sum: dimensions [from, dim), a product then a sum (attend_impl's loop). Out
+// of line and built for the baseline ISA, so that no build contracts it into an fma.
+__attribute__((noinline)) void wsum_tail(const float* p, const float* values, int64_t n, int64_t dim, int64_t from,
+                                         float* acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* vs = values + i * dim;
+    for (int64_t d = from; d < dim; ++d) acc[d] += p[i] * vs[d];
+  }
+}
+
+void wsum_portable(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+                   int64_t n, int64_t dim, float* acc) {
+  for (int64_t j = 0; j < nq; ++j) wsum_tail(p + j * ld, values + (j / group) * head_floats, n, dim, 0, acc + j * dim);
+}
+
+#ifdef HYFLOW_DECODE_X86
+__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int64_t nq, const float* keys, int64_t n,
+                                                     int64_t dim, float scale, float* sc, int64_t ld, float* maxes) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = dot_avx2(qj, keys + i * dim, dim) / scale;
+      sj[i] = s;
+      max = std::max(max, s);
+    }
+    maxes[j] = max;
+  }
+}
+
+// 8 NV dimensions of one query head: acc = fma(p_i, value_i, acc) for i < n.
+template <int NV>
+__attribute__((target("avx2,fma"))) void wsum_chunk_avx2(const float* p, const float* values, int64_t n, int64_t dim,
+                                                         float* acc) {
+  __m256 a[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 pi = _mm256_set1_ps(p[i]);
+    const float* vs = values + i * dim;
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) a[j] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(vs + 8 * j), a[j]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
+}
+
+__attribute__((target("avx2,fma"))) void wsum_avx2(const float* p, int64_t ld, int64_t nq, int64_t group,
+                                                   const float* head0, int64_t head_floats, int64_t n, int64_t dim,
+                                                   float* acc) {
+  using ChunkFn = void (*)(const float*, const float*, int64_t, int64_t, float*);
+  static constexpr ChunkFn chunks[8] = {nullptr,
+                                        &wsum_chunk_avx2<1>,
+                                        &wsum_chunk_avx2<2>,
+                                        &wsum_chunk_avx2<3>,
+                                        &wsum_chunk_avx2<4>,
+                                        &wsum_chunk_avx2<5>,
+                                        &wsum_chunk_avx2<6>,
+                                        &wsum_chunk_avx2<7>};
+  const int64_t fused = dim / 8 * 8;
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const float* values = head0 + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    int64_t d = 0;
+    for (; d + 64 <= fused; d += 64) wsum_chunk_avx2<8>(pj, values + d, n, dim, a + d);
+    if (d < fused) chunks[(fused - d) / 8](pj, values + d, n, dim, a + d);
+    if (fused < dim) wsum_tail(pj, values, n, dim, fused, a);
+  }
+}
+
+// dot_avx2's arithmetic for n a multiple of 8 (no scalar tail) in one zmm: its lanes 0-7 are
+// dot_avx2's acc0, lanes 8-15 its acc1; then acc0 + acc1 and hsum's tree on lanes 0-7. (GCC 12 warns about the
+// undefined vector inside the shuffle and extract intrinsics, which their results never read.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx2,fma"))) inline float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+  if (k + 8 <= n) {
+    acc =
+        _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(0x00FF, a + k), _mm512_maskz_loadu_ps(0x00FF, b + k), acc, 0x00FF);
+    k += 8;
+  }
+  const __m512 t = _mm512_add_ps(acc, _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2)));
+  __m128 s4 = _mm_add_ps(_mm512_extractf32x4_ps(t, 0), _mm512_extractf32x4_ps(t, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// dot_avx512 of q with 16 consecutive keys (stride dim, a multiple of 8), their reduction trees run
+// side by side: the same adds on the same lanes, 16 positions per instruction after the first
+// level. Returns the 16 sums in position order.
+__attribute__((target("avx512f,avx2,fma"))) inline __m512 dot16_avx512(const float* q, const float* keys, int64_t dim) {
+  __m512 a[16];
+#pragma GCC unroll 16
+  for (int p = 0; p < 16; ++p) a[p] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= dim; k += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + k);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) a[p] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + p * dim + k), a[p]);
+  }
+  if (k < dim) {  // 8 left: dot_avx2's acc0 only
+    const __m512 qv = _mm512_maskz_loadu_ps(0x00FF, q + k);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) {
+      a[p] = _mm512_mask3_fmadd_ps(qv, _mm512_maskz_loadu_ps(0x00FF, keys + p * dim + k), a[p], 0x00FF);
+    }
+  }
+  // acc0 + acc1 (lanes l and l + 8), two positions per register.
+  __m512 u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // hsum's first add (lanes 0-3 + lanes 4-7): v[i]'s 128-bit quarter m is position 4 i + m.
+  __m512 v[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Transpose each quarter's 4 x 4: s[e] lane 4 m + i holds element e of position 4 i + m.
+  const __m512 t0 = _mm512_unpacklo_ps(v[0], v[1]), t1 = _mm512_unpackhi_ps(v[0], v[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(v[2], v[3]), t3 = _mm512_unpackhi_ps(v[2], v[3]);
+  const __m512d d0 = _mm512_castps_pd(t0), d1 = _mm512_castps_pd(t1), d2 = _mm512_castps_pd(t2),
+                d3 = _mm512_castps_pd(t3);
+  const __m512 s0 = _mm512_castpd_ps(_mm512_unpacklo_pd(d0, d2)), s1 = _mm512_castpd_ps(_mm512_unpackhi_pd(d0, d2));
+  const __m512 s2 = _mm512_castpd_ps(_mm512_unpacklo_pd(d1, d3)), s3 = _mm512_castpd_ps(_mm512_unpackhi_pd(d1, d3));
+  // hsum's last adds: (e0 + e2) + (e1 + e3); then back to position order.
+  const __m512 sums = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, sums);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void scores_avx512(const float* q, int64_t nq, const float* keys, int64_t n,
+                                                               int64_t dim, float scale, float* sc, int64_t ld,
+                                                               float* maxes) {
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(sj + i, _mm512_div_ps(dot16_avx512(qj, keys + i * dim, dim), scale16));
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) max = std::max(max, sj[i + t]);
+    }
+    for (; i < n; ++i) {
+      const float s = dot_avx512(qj, keys + i * dim, dim) / scale;
+      sj[i] = s;
+      max = std::max(max, s);
+    }
+    maxes[j] = max;
+  }
+}
+#pragma GCC diagnostic pop
+
+// 16 NV dimensions of one query head (the last vector's lanes masked by `last`).
+template <int NV>
+__attribute__((target("avx512f,avx2,fma"))) void wsum_chunk_avx512(const float* p, const float* values, int64_t n,
+                                                                   int64_t dim, float* acc, __mmask16 last) {
+  __m512 a[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) a[j] = _mm512_loadu_ps(acc + 16 * j);
+  a[NV - 1] = _mm512_maskz_loadu_ps(last, acc + 16 * (NV - 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 pi = _mm512_set1_ps(p[i]);
+    const float* vs = values + i * dim;
+#pragma GCC unroll 4
+    for (int j = 0; j < NV - 1; ++j) a[j] = _mm512_fmadd_ps(pi, _mm512_loadu_ps(vs + 16 * j), a[j]);
+    a[NV - 1] = _mm512_fmadd_ps(pi, _mm512_maskz_loadu_ps(last, vs + 16 * (NV - 1)), a[NV - 1]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) _mm512_storeu_ps(acc + 16 * j, a[j]);
+  _mm512_mask_storeu_ps(acc + 16 * (NV - 1), last, a[NV - 1]);
+}
+
+// wsum_chunk_avx512 for two query heads at once (two independent chains of fmas per register
+// column: a position's fma latency is hidden behind the other head's).
+template <int NV>
+__attribute__((target("avx512f,avx2,fma"))) void wsum_pair_avx512(const float* p0, const float* v0, float* acc0,
+                                                                  const float* p1, const float* v1, float* acc1,
+                                                                  int64_t n, int64_t dim, __mmask16 last) {
+  __m512 a[NV], b[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) {
+    a[j] = _mm512_loadu_ps(acc0 + 16 * j);
+    b[j] = _mm512_loadu_ps(acc1 + 16 * j);
+  }
+  a[NV - 1] = _mm512_maskz_loadu_ps(last, acc0 + 16 * (NV - 1));
+  b[NV - 1] = _mm512_maskz_loadu_ps(last, acc1 + 16 * (NV - 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 pa = _mm512_set1_ps(p0[i]), pb = _mm512_set1_ps(p1[i]);
+    const float *va = v0 + i * dim, *vb = v1 + i * dim;
+#pragma GCC unroll 4
+    for (int j = 0; j < NV - 1; ++j) {
+      a[j] = _mm512_fmadd_ps(pa, _mm512_loadu_ps(va + 16 * j), a[j]);
+      b[j] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vb + 16 * j), b[j]);
+    }
+    a[NV - 1] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(last, va + 16 * (NV - 1)), a[NV - 1]);
+    b[NV - 1] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(last, vb + 16 * (NV - 1)), b[NV - 1]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NV - 1; ++j) {
+    _mm512_storeu_ps(acc0 + 16 * j, a[j]);
+    _mm512_storeu_ps(acc1 + 16 * j, b[j]);
+  }
+  _mm512_mask_storeu_ps(acc0 + 16 * (NV - 1), last, a[NV - 1]);
+  _mm512_mask_storeu_ps(acc1 + 16 * (NV - 1), last, b[NV - 1]);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int64_t ld, int64_t nq, int64_t group,
+                                                             const float* head0, int64_t head_floats, int64_t n,
+                                                             int64_t dim, float* acc) {
+  using ChunkFn = void (*)(const float*, const float*, int64_t, int64_t, float*, __mmask16);
+  static constexpr ChunkFn chunks[5] = {nullptr, &wsum_chunk_avx512<1>, &wsum_chunk_avx512<2>, &wsum_chunk_avx512<3>,
+                                        &wsum_chunk_avx512<4>};
+  using PairFn =
+      void (*)(const float*, const float*, float*, const float*, const float*, float*, int64_t, int64_t, __mmask16);
+  static constexpr PairFn pairs[5] = {nullptr, &wsum_pair_avx512<1>, &wsum_pair_avx512<2>, &wsum_pair_avx512<3>,
+                                      &wsum_pair_avx512<4>};
+  const int64_t fused = dim / 8 * 8;
+  int64_t j = 0;
+  for (; j + 2 <= nq; j += 2) {
+    const float *p0 = p + j * ld, *p1 = p0 + ld;
+    const float *v0 = head0 + (j / group) * head_floats, *v1 = head0 + ((j + 1) / group) * head_floats;
+    float *a0 = acc + j * dim, *a1 = a0 + dim;
+    int64_t d = 0;
+    for (; d + 64 <= fused; d += 64) wsum_pair_avx512<4>(p0, v0 + d, a0 + d, p1, v1 + d, a1 + d, n, dim, 0xFFFF);
+    if (d < fused) {
+      const int64_t rest = fused - d;  // a multiple of 8 below 64
+      pairs[(rest + 15) / 16](p0, v0 + d, a0 + d, p1, v1 + d, a1 + d, n, dim, rest % 16 == 0 ? 0xFFFF : 0x00FF);
+    }
+    if (fused < dim) {
+      wsum_tail(p0, v0, n, dim, fused, a0);
+      wsum_tail(p1, v1, n, dim, fused, a1);
+    }
+  }
+  for (; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const float* values = head0 + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    int64_t d = 0;
+    for (; d + 64 <= fused; d += 64) wsum_chunk_avx512<4>(pj, values + d, n, dim, a + d, 0xFFFF);
+    if (d < fused) {
+      const int64_t rest = fused - d;  // a multiple of 8 below 64
+      chunks[(rest + 15) / 16](pj, values + d, n, dim, a + d, rest % 16 == 0 ? 0xFFFF : 0x00FF);
+    }
+    if (fused < dim) wsum_tail(pj, values, n, dim, fused, a);
+  }
+}
+#endif
+
+const AttentionOps& attention_ops(Isa isa, int64_t dim) {
+  static const AttentionOps portable{&scores_portable, &exp_shift_portable, &wsum_portable};
+#ifdef HYFLOW_DECODE_X86
+  static const AttentionOps avx2{&scores_avx2, &exp_shift_avx2, &wsum_avx2};
+  static const AttentionOps avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
+  // dot_avx512 covers dot_avx2's vector part only: dims with a scalar tail take dot_avx2 itself.
+  static const AttentionOps avx512_tail{&scores_avx2, &exp_shift_avx2, &wsum_avx512};
+  if (isa == Isa::kAvx512) return dim % 8 == 0 ? avx512 : avx512_tail;
+  if (isa == Isa::kAvx2) return avx2;
+#endif
+  (void)isa;
+  (void)dim;
+  return portable;
+}
+
+struct RowsAttention {
+  const float *q, *k, *v;
+  const int32_t* const* tables;
+  const int64_t* lengths;
+  int64_t heads, kv_heads, dim, block_size;
+  float* out;
+};
+
+// How far ahead of the work attend_rows fetches: about 12 KiB (three chunks of 16 positions at
+// head_dim 64), enough to cover the memory latency at a core's share of the bandwidth.
+constexpr int64_t kAttentionAheadBytes = 12288;
+
+// A thread's work: units (row, kv head) [begin, end) in row-major order, taken as segments of one
+// row's consecutive kv heads. Each segment reads its keys block by block (in a block, head by head),
+// then its values the same way: the walk yields those runs ("chunks": one kv head's positions in one
+// block) in that order, so that a second walk ahead of the work can fetch what comes next.
+struct Walk {
+  const RowsAttention* a;
+  int64_t unit, end;
+  int64_t row = 0, g0 = 0, span = 0, len = 0;
+  int kind = 2;  // 0: keys, 1: values, 2: between segments
+  int64_t block = 0, pos = 0, head = 0;
+
+  // The next segment (row, g0, span); false past the end.
+  bool next_segment() {
+    if (unit >= end) return false;
+    row = unit / a->kv_heads;
+    g0 = unit % a->kv_heads;
+    span = std::min(a->kv_heads - g0, end - unit);
+    unit += span;
+    len = a->lengths[row];
+    kind = 0;
+    block = pos = head = 0;
+    return true;
+  }
+  // The next chunk's first float and its floats; false past the end.
+  bool next_chunk(const float*& p, int64_t& floats) {
+    for (;;) {
+      if (kind == 2 && !next_segment()) return false;
+      if (pos >= len) {
+        if (++kind < 2) block = pos = head = 0;
+        continue;
+      }
+      const int64_t n = std::min(a->block_size, len - pos), head_floats = a->block_size * a->dim;
+      p = (kind == 0 ? a->k : a->v) +
+          (static_cast<int64_t>(a->tables[row][block]) * a->kv_heads + g0 + head) * head_floats;
+      floats = n * a->dim;
+      if (++head == span) {
+        head = 0;
+        ++block;
+        pos += n;
+      }
+      return true;
+    }
+  }
+};
+
+// Fetches the chunks a walk yields, a fixed number ahead of the work.
+struct Prefetcher {
+  Walk walk;
+  void fetch() {
+    const float* p = nullptr;
+    int64_t floats = 0;
+    if (!walk.next_chunk(p, floats)) return;
+    const auto* c = reinterpret_cast<const char*>(p);
+    const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+  }
+};
+
+// Row `row`'s query heads of kv heads [g0, g0 + span). scratch: span * group * (length + 1) floats.
+void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row, int64_t g0, int64_t span,
+                    float* scratch, Prefetcher& ahead) {
+  const int64_t len = a.lengths[row];
+  const int32_t* table = a.tables[row];
+  const int64_t group = a.heads / a.kv_heads, dim = a.dim, bs = a.block_size;
+  const int64_t nq = span * group, head_floats = bs * dim, block_floats = a.kv_heads * head_floats;
+  const float* q = a.q + (row * a.heads + g0 * group) * dim;
+  float* out = a.out + (row * a.heads + g0 * group) * dim;
+  float* sc = scratch;  // (nq, len)
+  float* maxes = scratch + nq * len;
+  std::fill(maxes, maxes + nq, -std::numeric_limits<float>::infinity());
+  const float scale = std::sqrt(static_cast<float>(dim));
+  auto at = [&](const float* base, int64_t b) {
+    return base + static_cast<int64_t>(table[b]) * block_floats + g0 * head_floats;
+  };
+  for (int64_t b = 0, s = 0; s < len; ++b) {
+    const int64_t n = std::min(bs, len - s);
+    const float* keys = at(a.k, b);
+    for (int64_t g = 0; g < span; ++g) {
+      ahead.fetch();
+      ops.scores(q + g * group * dim, group, keys + g * head_floats, n, dim, scale, sc + g * group * len + s, len,
+                 maxes + g * group);
+    }
+    s += n;
+  }
+  for (int64_t j = 0; j < nq; ++j) {
+    float* p = sc + j * len;
+    const float total = ops.exp_shift(p, len, maxes[j]);
+    for (int64_t s = 0; s < len; ++s) p[s] = p[s] / total;
+  }
+  std::fill(out, out + nq * dim, 0.0F);
+  for (int64_t b = 0, s = 0; s < len; ++b) {
+    const int64_t n = std::min(bs, len - s);
+    const float* values = at(a.v, b);
+    for (int64_t g = 0; g < span; g += 2) {  // two kv heads (their query heads) per call
+      const int64_t m = std::min<int64_t>(2, span - g);
+      for (int64_t t = 0; t < m; ++t) ahead.fetch();
+      ops.wsum(sc + g * group * len + s, len, m * group, group, values + g * head_floats, head_floats, n, dim,
+               out + g * group * dim);
+    }
+    s += n;
+  }
+}
+
+void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t rows) {
+  // Units (row, kv head) in row-major order, split over the threads into contiguous runs of about
+  // equal cost (positions read, plus a few for the per-unit work).
+  const int64_t units = rows * a.kv_heads;
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), units));
+  thread_local std::vector<int64_t> bounds;
+  bounds.assign(static_cast<size_t>(threads + 1), units);
+  bounds[0] = 0;
+  int64_t total = 0, max_len = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    total += (a.lengths[r] + 4) * a.kv_heads;
+    max_len = std::max(max_len, a.lengths[r]);
+  }
+  for (int64_t u = 0, cost = 0, t = 1; u < units && t < threads; ++u) {
+    while (t < threads && cost * threads >= total * t) bounds[static_cast<size_t>(t++)] = u;
+    cost += a.lengths[u / a.kv_heads] + 4;
+  }
+  const int64_t group = a.heads / a.kv_heads;
+  const int64_t* bound = bounds.data();  // the caller's (bounds is per thread)
+  parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(a.kv_heads * group * (max_len + 1));
+    if (scratch.size() < need) scratch.resize(need);
+    for (int64_t t = t0; t < t1; ++t) {
+      Walk work{&a, bound[t], bound[t + 1]};
+      Prefetcher ahead{Walk{&a, bound[t], bound[t + 1]}};
+      const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(float));
+      for (int64_t i = 0; i < std::max<int64_t>(1, (kAttentionAheadBytes + chunk_bytes - 1) / chunk_bytes); ++i) {
+        ahead.fetch();
+      }
+      while (work.next_segment()) {
+        attend_segment(ops, a, work.row, work.g0, work.span, scratch.data(), ahead);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 Isa kernel_isa() {
@@ -558,6 +1129,18 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed) {
   });
 }
 
+void advise_huge_pages(void* p, size_t bytes) {
+#ifdef __linux__
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
 #ifdef _OPENMP
   // This file's OpenMP runtime is LibTorch's on Debian (one libgomp); a LibTorch that bundles its
@@ -583,17 +1166,69 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
   }
 }
 
+void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
+                 int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out) {
+  if (rows <= 0 || heads <= 0) return;
+  const RowsAttention a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
+  attend_rows_impl(attention_ops(current_isa(), dim), a, rows);
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
+  // Chunks of whole 8-float vectors from the start, so that each element takes the path (vector or
+  // scalar tail) it takes in one call over all n.
+  const int64_t vectors = (n + 7) / 8;
+  parallel_for(0, vectors, 2048, [&](int64_t v0, int64_t v1) {
+    const int64_t i0 = v0 * 8, i1 = std::min(n, v1 * 8);
 #ifdef HYFLOW_DECODE_X86
-  if (use_avx2()) return silu_mul_avx2(gate, up, n);
+    if (current_isa() == Isa::kAvx512) return silu_mul_avx512(gate + i0, up + i0, i1 - i0);
+    if (use_avx2()) return silu_mul_avx2(gate + i0, up + i0, i1 - i0);
 #endif
-  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+    for (int64_t i = i0; i < i1; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+  });
 }
 
 double sum_squares(const float* x, int64_t n) {
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
   return s;
+}
+
+void rms_norm_rows(const float* x, const int64_t* index, int64_t rows, const float* weight, int64_t d, float eps,
+                   float* out) {
+  constexpr int64_t kSide = 8;  // rows whose sums run side by side (independent add chains)
+  const int64_t grain = std::max<int64_t>(kSide, 4096 / std::max<int64_t>(1, d));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t j0 = r0; j0 < r1; j0 += kSide) {
+      const int64_t m = std::min(kSide, r1 - j0);
+      const float* in[kSide];
+      double sum[kSide];
+      for (int64_t j = 0; j < kSide; ++j) {
+        in[j] = x + (index != nullptr ? index[j0 + std::min(j, m - 1)] : j0 + std::min(j, m - 1)) * d;
+        sum[j] = 0.0;
+      }
+      // Each row's sum in order, as sum_squares; the rows past m repeat the last one.
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < kSide; ++j) sum[j] += static_cast<double>(in[j][i]) * in[j][i];
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const auto mean = static_cast<float>(sum[j] / static_cast<double>(d));
+        const float r = 1.0F / std::sqrt(mean + eps);
+        float* o = out + (j0 + j) * d;
+        for (int64_t i = 0; i < d; ++i) o[i] = weight[i] * (in[j][i] * r);
+      }
+    }
+  });
+}
+
+int64_t argmax(const float* z, int64_t n) {
+#ifdef HYFLOW_DECODE_X86
+  if (current_isa() == Isa::kAvx512) {
+    bool nan = false;
+    const int64_t arg = argmax_avx512(z, n, nan);
+    if (arg >= 0) return arg;
+  }
+#endif
+  return std::max_element(z, z + n) - z;
 }
 
 }  // namespace hyflow::models::decode
