@@ -196,19 +196,23 @@ __attribute__((target("avx2,fma"), noinline)) float dot_avx2(const float* a, con
   return s;
 }
 
-// exp(x) for 8 floats: Cody-Waite range reduction by ln 2 and a degree-5 polynomial (the
-// Cephes expf scheme, within 2 ulp of the correctly rounded value for |x| < 88).
+// The vector exp's constants (exp_avx2, exp_avx512): Cody-Waite range reduction by ln 2 in two
+// parts and a degree-5 polynomial (the Cephes expf scheme, within 2 ulp of the correctly rounded
+// value for |x| < 88), highest coefficient first.
+constexpr float kExpMin = -87.3F, kExpMax = 88.3F, kLog2e = 1.44269504088896341F;
+constexpr float kLn2High = 0.693359375F, kLn2Low = -2.12194440e-4F;
+constexpr float kExpPoly[6] = {1.9875691500e-4F, 1.3981999507e-3F, 8.3334519073e-3F,
+                               4.1665795894e-2F, 1.6666665459e-1F, 5.0000001201e-1F};
+
+// exp(x) for 8 floats.
 __attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3F)), _mm256_set1_ps(88.3F));
-  const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341F), _mm256_set1_ps(0.5F)));
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375F), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4F), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4F);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3F));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3F));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2F));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1F));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1F));
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpMin)), _mm256_set1_ps(kExpMax));
+  const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5F)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(kLn2High), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(kLn2Low), x);
+  __m256 y = _mm256_set1_ps(kExpPoly[0]);
+#pragma GCC unroll 5
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kExpPoly[i]));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0F)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
@@ -249,17 +253,14 @@ __attribute__((target("avx2,fma"))) void silu_mul_avx2(float* gate, const float*
 #pragma GCC diagnostic ignored "-Wuninitialized"
 // exp_avx2's operations on 16 lanes.
 __attribute__((target("avx512f,avx2,fma"))) inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3F)), _mm512_set1_ps(88.3F));
-  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341F), _mm512_set1_ps(0.5F)),
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpMin)), _mm512_set1_ps(kExpMax));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5F)),
                                          _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375F), x);
-  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4F), x);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4F);
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3F));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3F));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2F));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1F));
-  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1F));
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(kLn2High), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(kLn2Low), x);
+  __m512 y = _mm512_set1_ps(kExpPoly[0]);
+#pragma GCC unroll 5
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(kExpPoly[i]));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0F)));
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
