@@ -52,6 +52,7 @@ inline CausalLM make_model(const ModelConfig& config, uint64_t seed) {
   return model;
 }
 
+// Left-pads token lists (with 0) into a prompt batch.
 inline DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows) {
   int64_t P = 0;
   for (const auto& r : rows) P = std::max<int64_t>(P, static_cast<int64_t>(r.size()));

@@ -1,3 +1,4 @@
+#include "decode_test_util.hpp"
 #include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
@@ -8,24 +9,10 @@
 
 using namespace hyflow;
 using namespace hyflow::models;
+using hyflow::models::testing::prompt_batch;
 using hyflow::models::testing::small_config;
 
 namespace {
-
-// Left-pads token lists into a prompt batch.
-DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows, int64_t pad = 0) {
-  int64_t P = 0;
-  for (const auto& r : rows) P = std::max<int64_t>(P, static_cast<int64_t>(r.size()));
-  const auto B = static_cast<int64_t>(rows.size());
-  auto ids = torch::full({B, P}, pad, torch::kLong);
-  auto mask = torch::zeros({B, P}, torch::kLong);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto len = static_cast<int64_t>(rows[static_cast<size_t>(b)].size());
-    ids[b].narrow(0, P - len, len).copy_(torch::tensor(rows[static_cast<size_t>(b)], torch::kLong));
-    mask[b].narrow(0, P - len, len).fill_(1);
-  }
-  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}});
-}
 
 // Greedy decoding by running the whole sequence through the model at every step.
 std::vector<int64_t> greedy_by_recompute(CausalLM& model, std::vector<int64_t> seq, int64_t steps, int64_t eos) {

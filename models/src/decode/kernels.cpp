@@ -434,14 +434,15 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   // find them in the cache: instead the row tiles of each group fetch the next group's panels
   // (of the same thread), a share each, so that the stream overlaps the arithmetic.
   const int64_t tiles = (rows + sh.rows - 1) / sh.rows;
-  const int64_t group_lines = sh.group * panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
+  const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
+  const int64_t group_lines = sh.group * panel_lines;
   const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
   parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
     alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t p0 = g * sh.group, p1 = std::min(panels, p0 + sh.group);
       const auto* next = reinterpret_cast<const char*>(packed + p1 * panel_floats);
-      const int64_t next_lines = g + 1 < g1 ? std::min(group_lines, (panels - p1) * panel_floats * 4 / 64) : 0;
+      const int64_t next_lines = g + 1 < g1 ? std::min(group_lines, (panels - p1) * panel_lines) : 0;
       for (int64_t m = 0; m < rows; m += sh.rows) {
         const int mr = static_cast<int>(std::min<int64_t>(sh.rows, rows - m));
         const int64_t first = m / sh.rows * share;
@@ -505,6 +506,16 @@ void for_positions(const float* base, const int32_t* blocks, int64_t block_size,
   }
 }
 
+// scores[s] = exp(scores[s] - max) for s < n with std::exp; returns their sum in position order.
+float exp_shift_portable(float* scores, int64_t n, float max) {
+  float total = 0.0F;
+  for (int64_t s = 0; s < n; ++s) {
+    scores[s] = std::exp(scores[s] - max);
+    total += scores[s];
+  }
+  return total;
+}
+
 template <bool Avx2>
 void attend_impl(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
                  int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
@@ -541,20 +552,12 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
       max_score = std::max(max_score, scores[s]);
     }
   }
-  float total = 0.0F;
-  bool exponentiated = false;
 #ifdef HYFLOW_DECODE_X86
-  if constexpr (Avx2) {
-    total = exp_shift_avx2(scores, length, max_score);
-    exponentiated = true;
-  }
+  const float total =
+      Avx2 ? exp_shift_avx2(scores, length, max_score) : exp_shift_portable(scores, length, max_score);
+#else
+  const float total = exp_shift_portable(scores, length, max_score);
 #endif
-  if (!exponentiated) {
-    for (int64_t s = 0; s < length; ++s) {
-      scores[s] = std::exp(scores[s] - max_score);
-      total += scores[s];
-    }
-  }
   int64_t d = 0;
 #ifdef HYFLOW_DECODE_X86
   if constexpr (Avx2) {
@@ -631,28 +634,22 @@ struct AttentionOps {
   WsumFn wsum;
 };
 
-void scores_portable(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
-                     int64_t ld, float* maxes) {
+// A ScoresFn on one key at a time through Dot (dot_portable, or dot_avx2: out of line, so the
+// same arithmetic wherever it is called from).
+template <float (*Dot)(const float*, const float*, int64_t)>
+void scores_with(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
+                 int64_t ld, float* maxes) {
   for (int64_t j = 0; j < nq; ++j) {
     const float* qj = q + j * dim;
     float* sj = sc + j * ld;
     float max = maxes[j];
     for (int64_t i = 0; i < n; ++i) {
-      const float s = dot_portable(qj, keys + i * dim, dim) / scale;
+      const float s = Dot(qj, keys + i * dim, dim) / scale;
       sj[i] = s;
       max = std::max(max, s);
     }
     maxes[j] = max;
   }
-}
-
-float exp_shift_portable(float* scores, int64_t n, float max) {
-  float total = 0.0F;
-  for (int64_t s = 0; s < n; ++s) {
-    scores[s] = std::exp(scores[s] - max);
-    total += scores[s];
-  }
-  return total;
 }
 
 // The tail of the weighted sum: dimensions [from, dim), a product then a sum (attend_impl's loop). Out
@@ -671,21 +668,6 @@ void wsum_portable(const float* p, int64_t ld, int64_t nq, int64_t group, const 
 }
 
 #ifdef HYFLOW_DECODE_X86
-__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, int64_t nq, const float* keys, int64_t n,
-                                                     int64_t dim, float scale, float* sc, int64_t ld, float* maxes) {
-  for (int64_t j = 0; j < nq; ++j) {
-    const float* qj = q + j * dim;
-    float* sj = sc + j * ld;
-    float max = maxes[j];
-    for (int64_t i = 0; i < n; ++i) {
-      const float s = dot_avx2(qj, keys + i * dim, dim) / scale;
-      sj[i] = s;
-      max = std::max(max, s);
-    }
-    maxes[j] = max;
-  }
-}
-
 // 8 NV dimensions of one query head: acc = fma(p_i, value_i, acc) for i < n.
 template <int NV>
 __attribute__((target("avx2,fma"))) void wsum_chunk_avx2(const float* p, const float* values, int64_t n, int64_t dim,
@@ -917,12 +899,12 @@ __attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int
 #endif
 
 const AttentionOps& attention_ops(Isa isa, int64_t dim) {
-  static const AttentionOps portable{&scores_portable, &exp_shift_portable, &wsum_portable};
+  static const AttentionOps portable{&scores_with<dot_portable>, &exp_shift_portable, &wsum_portable};
 #ifdef HYFLOW_DECODE_X86
-  static const AttentionOps avx2{&scores_avx2, &exp_shift_avx2, &wsum_avx2};
+  static const AttentionOps avx2{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx2};
   static const AttentionOps avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
   // dot_avx512 covers dot_avx2's vector part only: dims with a scalar tail take dot_avx2 itself.
-  static const AttentionOps avx512_tail{&scores_avx2, &exp_shift_avx2, &wsum_avx512};
+  static const AttentionOps avx512_tail{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx512};
   if (isa == Isa::kAvx512) return dim % 8 == 0 ? avx512 : avx512_tail;
   if (isa == Isa::kAvx2) return avx2;
 #endif
