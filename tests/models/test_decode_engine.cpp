@@ -111,6 +111,31 @@ TEST_CASE("the decode GEMM's sums do not depend on the other rows, and the vecto
   }
 }
 
+TEST_CASE("the decode GEMM's results do not depend on the thread count (runs of panels end mid-group)") {
+  // 41 panels (the last partial) of 256 inputs: 2 and 3 threads take runs of 21 / 20 and 14 / 14 / 13
+  // panels, so groups of 3 panels are cut short at the runs' ends.
+  torch::manual_seed(5);
+  auto x = torch::randn({20, 256});
+  auto w = torch::randn({16 * 40 + 7, 256});
+  auto b = torch::randn({16 * 40 + 7});
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
+    auto one = torch::empty({20, w.size(0)});
+    {
+      IntraOpThreads intra(1);
+      packed_linear(x, w, b.data_ptr<float>(), one, false);
+    }
+    CHECK(torch::allclose(one, torch::addmm(b, x, w.t()), 1e-4, 1e-4));
+    for (int threads : {2, 3}) {
+      INFO(decode::isa_name(isa) << ", " << threads << " threads");
+      IntraOpThreads intra(threads);
+      auto many = torch::full_like(one, std::numeric_limits<float>::quiet_NaN());
+      packed_linear(x, w, b.data_ptr<float>(), many, false);
+      CHECK(torch::equal(one, many));
+    }
+  }
+}
+
 TEST_CASE(
     "a pass's attention (attend_rows) equals attend() per row and head bit for bit, every build and thread count") {
   // Paged caches of random keys and values: rows of odd lengths over blocks taken in a shuffled

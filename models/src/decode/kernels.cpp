@@ -426,10 +426,11 @@ const Shapes& shapes(Isa isa) {
 void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias,
                  int64_t in, int64_t out, float* y, int64_t ldy, bool accumulate) {
   const int64_t panels = (out + kPanel - 1) / kPanel;
-  const int64_t groups = (panels + sh.group - 1) / sh.group;
   const int64_t panel_floats = in * kPanel;
-  // Enough work per thread chunk to amortize a task (~64K multiply-adds).
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * panel_floats * sh.group));
+  // The threads take equal runs of panels (a run's last group may be short): in whole groups, the
+  // 32 panels of a 512-wide output would split 6 : 5 groups. Enough work per run to amortize a
+  // task (~64K multiply-adds).
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * panel_floats));
   // With several row tiles, the first would wait on memory for the group's panels and the others
   // find them in the cache: instead the row tiles of each group fetch the next group's panels
   // (of the same thread), a share each, so that the stream overlaps the arithmetic.
@@ -437,12 +438,12 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
   const int64_t group_lines = sh.group * panel_lines;
   const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
-  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+  parallel_for(0, panels, grain, [&](int64_t run0, int64_t run1) {
     alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
-    for (int64_t g = g0; g < g1; ++g) {
-      const int64_t p0 = g * sh.group, p1 = std::min(panels, p0 + sh.group);
+    for (int64_t p0 = run0; p0 < run1; p0 += sh.group) {
+      const int64_t p1 = std::min(run1, p0 + sh.group);
       const auto* next = reinterpret_cast<const char*>(packed + p1 * panel_floats);
-      const int64_t next_lines = g + 1 < g1 ? std::min(group_lines, (panels - p1) * panel_lines) : 0;
+      const int64_t next_lines = std::min(group_lines, (run1 - p1) * panel_lines);
       for (int64_t m = 0; m < rows; m += sh.rows) {
         const int mr = static_cast<int>(std::min<int64_t>(sh.rows, rows - m));
         const int64_t first = m / sh.rows * share;

@@ -49,7 +49,7 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed);
 /// the rows, the tile or the vector build (the portable build without a fast fma rounds the
 /// product apart): results do not depend on the other rows of the call. A register tile is up to
 /// 8 rows x 48 outputs (AVX-512) or 6 x 16 (AVX2); each group of panels is read from memory once per
-/// call for all rows. Splits the output over parallel_for.
+/// call for all rows. Splits the output over parallel_for in equal runs of panels.
 void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
             float* y, int64_t ldy, bool accumulate);
 
