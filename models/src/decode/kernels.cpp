@@ -507,6 +507,13 @@ void for_positions(const float* base, const int32_t* blocks, int64_t block_size,
   }
 }
 
+// Fetches the cache lines of [p, p + bytes) into L1 (prefetcht0 on x86; a no-op where the target has no
+// prefetch).
+void fetch_lines(const void* p, int64_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+}
+
 // scores[s] = exp(scores[s] - max) for s < n with std::exp; returns their sum in position order.
 float exp_shift_portable(float* scores, int64_t n, float max) {
   float total = 0.0F;
@@ -532,14 +539,7 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
   // (read by the second pass) into the cache: the blocks are short streams at scattered places
   // that the hardware prefetcher reaches late.
   auto fetch = [&](const float* from, int64_t n) {
-#ifdef HYFLOW_DECODE_X86
-    const auto* p = reinterpret_cast<const char*>(from);
-    const int64_t bytes = static_cast<int64_t>(((n - 1) * stride + dim) * sizeof(float));
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-#else
-    (void)from;
-    (void)n;
-#endif
+    fetch_lines(from, static_cast<int64_t>(((n - 1) * stride + dim) * sizeof(float)));
   };
   for (int64_t b = 0, s = 0; s < length; ++b) {
     const int64_t n = std::min(block_size, length - s);
@@ -977,10 +977,7 @@ struct Prefetcher {
   void fetch() {
     const float* p = nullptr;
     int64_t floats = 0;
-    if (!walk.next_chunk(p, floats)) return;
-    const auto* c = reinterpret_cast<const char*>(p);
-    const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+    if (walk.next_chunk(p, floats)) fetch_lines(p, floats * static_cast<int64_t>(sizeof(float)));
   }
 };
 
@@ -1047,6 +1044,8 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     cost += a.lengths[u / a.kv_heads] + 4;
   }
   const int64_t group = a.heads / a.kv_heads;
+  const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(float));
+  const int64_t ahead_chunks = std::max<int64_t>(1, (kAttentionAheadBytes + chunk_bytes - 1) / chunk_bytes);
   const int64_t* bound = bounds.data();  // the caller's (bounds is per thread)
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scratch;
@@ -1055,10 +1054,7 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     for (int64_t t = t0; t < t1; ++t) {
       Walk work{&a, bound[t], bound[t + 1]};
       Prefetcher ahead{Walk{&a, bound[t], bound[t + 1]}};
-      const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(float));
-      for (int64_t i = 0; i < std::max<int64_t>(1, (kAttentionAheadBytes + chunk_bytes - 1) / chunk_bytes); ++i) {
-        ahead.fetch();
-      }
+      for (int64_t i = 0; i < ahead_chunks; ++i) ahead.fetch();
       while (work.next_segment()) {
         attend_segment(ops, a, work.row, work.g0, work.span, scratch.data(), ahead);
       }
