@@ -5,7 +5,7 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models workers trainer apps)
+set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models rollout workers trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_dataproto core)
@@ -15,7 +15,8 @@ set(HYFLOW_MODULE_DEPS_parallel algos)
 set(HYFLOW_MODULE_DEPS_cuda core)
 set(HYFLOW_MODULE_DEPS_models cuda dataproto)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
-set(HYFLOW_MODULE_DEPS_workers actors models algos parallel)
+set(HYFLOW_MODULE_DEPS_rollout models)
+set(HYFLOW_MODULE_DEPS_workers actors rollout models algos parallel)
 set(HYFLOW_MODULE_DEPS_trainer workers algos cluster)
 set(HYFLOW_MODULE_DEPS_apps trainer cluster)
 
@@ -28,8 +29,9 @@ set(HYFLOW_MODULE_PACKAGES_parallel "Torch")
 set(HYFLOW_MODULE_PACKAGES_cuda "Torch")
 set(HYFLOW_MODULE_PACKAGES_models "Torch;ICU|COMPONENTS|uc|i18n;OpenMP|COMPONENTS|CXX")
 set(HYFLOW_MODULE_PACKAGES_algos "Torch")
+set(HYFLOW_MODULE_PACKAGES_rollout "Torch")
 set(HYFLOW_MODULE_PACKAGES_workers "Torch")
-set(HYFLOW_MODULE_PACKAGES_trainer "Boost|COMPONENTS|program_options")
+set(HYFLOW_MODULE_PACKAGES_trainer "Boost|COMPONENTS|program_options;yaml-cpp")
 set(HYFLOW_MODULE_PACKAGES_apps "Boost|COMPONENTS|program_options")
 if(HYFLOW_CUDA)
   list(APPEND HYFLOW_MODULE_PACKAGES_cuda CUDAToolkit)

@@ -11,6 +11,7 @@ packages=(
   libcereal-dev           # DataProto wire format
   catch2                  # test framework (v2)
   libboost-program-options-dev
+  libyaml-cpp-dev         # Hydra/YAML list values of config overrides (['console','jsonl'])
   nlohmann-json3-dev
   libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer
   libgloo-dev

@@ -158,4 +158,32 @@ RolloutMaskOutput compute_token_veto_mask(const at::Tensor& old_log_prob, const 
   return {response_mask * (~vetoed).to(response_mask.scalar_type()), std::move(m)};
 }
 
+nlohmann::json apply_rollout_correction(DataProto& batch, const RolloutCorrection& correction) {
+  nlohmann::json m = nlohmann::json::object();
+  if (!correction.enabled()) return m;
+  const at::Tensor old_lp = batch.batch.at("old_log_probs"), rollout_lp = batch.batch.at("rollout_log_probs");
+  const at::Tensor mask = batch.batch.at("response_mask");
+  if (correction.is) {
+    auto r = compute_rollout_is_weights(old_lp, rollout_lp, mask, *correction.is);
+    batch.batch.set("rollout_is_weights", r.weights);
+    m.update(r.metrics);
+  }
+  at::Tensor kept = mask;
+  if (correction.rs) {
+    auto r = compute_rollout_rejection_mask(old_lp, rollout_lp, mask, *correction.rs);
+    kept = r.response_mask;
+    m.update(r.metrics);
+  }
+  if (correction.token_veto_threshold) {
+    auto r = compute_token_veto_mask(old_lp, rollout_lp, mask, *correction.token_veto_threshold);
+    kept = kept * r.response_mask;
+    m.update(r.metrics);
+  }
+  if (kept.sum().item<int64_t>() == 0)
+    throw ValueError("algorithm.rollout_correction: rollout_rs / rollout_token_veto_threshold rejected every response "
+                     "token of the batch (" + m.dump() + "); loosen the thresholds");
+  batch.batch.set("response_mask", kept);
+  return m;
+}
+
 }  // namespace hyflow::algos::rollout_correction

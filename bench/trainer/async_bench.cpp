@@ -47,7 +47,7 @@ std::vector<nlohmann::json> train(const std::string& model, const fs::path& dir,
                                    "--trainer.total_training_steps=" + std::to_string(steps),
                                    "--trainer.test_freq=" + std::to_string(test_freq),
                                    "--trainer.val_before_train=" + std::string(test_freq > 0 ? "true" : "false"),
-                                   "--trainer.progress_bar=false",
+                                   "--trainer.logger=['jsonl']",
                                    "--trainer.default_local_dir=" + (dir / mode.name).string()};
   args.insert(args.end(), mode.args.begin(), mode.args.end());
   c.apply_arguments(args);

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   Config c;
   c.apply_arguments({std::string("--config=") + HYFLOW_TRAINER_CONFIG, "--actor_rollout_ref.model.path=" + model,
                      "--trainer.total_training_steps=" + std::to_string(steps), "--trainer.test_freq=-1",
-                     "--trainer.val_before_train=false", "--trainer.progress_bar=false", "--data.shuffle=false",
+                     "--trainer.val_before_train=false", "--trainer.logger=['jsonl']", "--data.shuffle=false",
                      "--trainer.default_local_dir=" + tmp.string()});
   PPOTrainer trainer(c);
   trainer.init_workers();

@@ -70,7 +70,7 @@ inline Config small_config(const std::string& estimator, const fs::path& out) {
                      "--actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "--actor_rollout_ref.rollout.n=2",
                      "--critic.optim.lr=1e-2", "--actor_rollout_ref.actor.use_kl_loss=true",
                      "--trainer.n_gpus_per_node=2", "--trainer.total_training_steps=3", "--trainer.test_freq=3",
-                     "--trainer.progress_bar=false", "--trainer.default_local_dir=" + out.string()});
+                     "--trainer.logger=['jsonl']", "--trainer.default_local_dir=" + out.string()});
   return c;
 }
 

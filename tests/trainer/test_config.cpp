@@ -208,3 +208,31 @@ TEST_CASE("non-finite numbers, values below a key's minimum and repeated INI key
       hyflow::workers::parse_actor_rollout_ref_config({{"model", {{"path", "/m"}}}, {"actor", {{"ppo_epochs", -1}}}}),
       Catch::Contains("actor_rollout_ref.actor.ppo_epochs"));
 }
+
+TEST_CASE("lists take verl's (Hydra's) syntax: single or double quotes or none, numbers typed") {
+  Config c;
+  c.apply_arguments({"--trainer.logger=['console','jsonl']"});
+  CHECK(c.get("trainer.logger") == nlohmann::json::array({"console", "jsonl"}));
+  c.set("trainer.logger", R"(["console", "file"])");
+  CHECK(c.get("trainer.logger") == nlohmann::json::array({"console", "file"}));
+  c.set("trainer.logger", "[console, jsonl]");
+  CHECK(c.get("trainer.logger") == nlohmann::json::array({"console", "jsonl"}));
+  c.set("trainer.logger", "console,jsonl");  // the plain comma list stays accepted
+  CHECK(c.get("trainer.logger") == nlohmann::json::array({"console", "jsonl"}));
+  c.set("trainer.logger", "[]");
+  CHECK(c.get("trainer.logger") == nlohmann::json::array());
+  c.set("actor_rollout_ref.actor.optim.betas", "[0.9, 0.95]");
+  CHECK(c.get("actor_rollout_ref.actor.optim.betas") == nlohmann::json::array({0.9, 0.95}));
+  c.set("actor_rollout_ref.actor.checkpoint.save_contents", "['model', 'hf_model']");
+  CHECK(c.get("actor_rollout_ref.actor.checkpoint.save_contents") == nlohmann::json::array({"model", "hf_model"}));
+  c.set("trainer.logger", "['1']");  // quoted: a string, not a number
+  CHECK(c.get("trainer.logger") == nlohmann::json::array({"1"}));
+  CHECK_THROWS_WITH(c.set("trainer.logger", "['console'"),
+                    Catch::Contains("trainer.logger") && Catch::Contains("['console'"));
+  CHECK_THROWS_WITH(c.set("trainer.logger", "[['a']]"), Catch::Contains("trainer.logger") && Catch::Contains("flat"));
+  const auto ini = write_ini("[trainer]\nlogger = ['console', 'jsonl']\n");
+  Config d;
+  d.load_ini(ini);
+  CHECK(d.get("trainer.logger") == nlohmann::json::array({"console", "jsonl"}));
+  std::filesystem::remove(ini);
+}

@@ -4,9 +4,11 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/trainer/ppo_config.hpp>
 #include <hyflow/workers/config.hpp>
 
 #include <boost/program_options.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,156 +33,14 @@ ConfigKey at_least(int64_t minimum, std::string name, Json def, std::string help
   return key(std::move(name), T::integer, std::move(def), std::move(help), nullable, minimum);
 }
 
+/// The trainer's sections (ppo_config.cpp) and the workers' (workers::worker_config_keys), each
+/// key declared once where it is read.
 std::vector<ConfigKey> make_ppo_keys() {
-  std::vector<ConfigKey> k = {
-      key("data.train_files", T::string, "", "JSONL training file(s), comma separated; empty: data.synthetic"),
-      key("data.val_files", T::string, "", "JSONL validation file(s); empty: data.synthetic"),
-      key("data.prompt_key", T::string, "prompt", "column with the prompt (chat messages or text)"),
-      key("data.reward_fn_key", T::string, "data_source", "column that selects the reward function"),
-      at_least(1, "data.max_prompt_length", 512, "prompt tokens (left-padded)"),
-      at_least(1, "data.max_response_length", 512, "response tokens"),
-      at_least(1, "data.train_batch_size", 1024, "prompts per step"),
-      at_least(1, "data.gen_batch_size", kNull,
-               "prompts per generation batch with algorithm.filter_groups (null: data.train_batch_size)", true),
-      at_least(1, "data.val_batch_size", kNull, "validation prompts per batch (null: all)", true),
-      key("data.shuffle", T::boolean, true, "shuffle the training set every epoch"),
-      key("data.seed", T::integer, kNull, "shuffle seed (null: 1)", true),
-      key("data.truncation", T::string, "error", "error | left | right | middle"),
-      key("data.filter_overlong_prompts", T::boolean, false, "drop prompts longer than max_prompt_length"),
-      key("data.return_raw_chat", T::boolean, true, "accepted for verl compatibility"),
-      at_least(0, "data.dataloader_num_workers", 8, "accepted for verl compatibility"),
-      key("data.synthetic.task", T::string, "arithmetic", "built-in task when no files are given"),
-      at_least(1, "data.synthetic.train_size", 2048, "built-in task: training prompts"),
-      at_least(1, "data.synthetic.val_size", 128, "built-in task: validation prompts"),
-      at_least(0, "data.synthetic.max_operand", 99, "built-in task: operands in [0, max_operand]"),
-      key("data.synthetic.seed", T::integer, 0, "built-in task: generator seed"),
-      key("actor_rollout_ref.hybrid_engine", T::boolean, true, "actor and rollout in one worker"),
-      key("actor_rollout_ref.model.use_remove_padding", T::boolean, true, "accepted for verl compatibility"),
-      key("actor_rollout_ref.actor.strategy", T::string, "fsdp", "accepted for verl compatibility"),
-      key("actor_rollout_ref.actor.shuffle", T::boolean, false, "accepted for verl compatibility"),
-  };
-  std::vector<ConfigKey> rest = {
-      key("actor_rollout_ref.rollout.name", T::string, "hf", "rollout engine (hyflow: hf)"),
-      key("actor_rollout_ref.rollout.mode", T::string, "sync", "accepted for verl compatibility"),
-      at_least(1, "actor_rollout_ref.rollout.nnodes", 1, "trainer.v1.trainer_mode=separate_async: rollout nodes"),
-      at_least(1, "actor_rollout_ref.rollout.n_gpus_per_node", 1,
-               "trainer.v1.trainer_mode=separate_async: rollout workers per node"),
-      key("trainer.v1.trainer_mode", T::string, "sync",
-          "sync (one colocated group) | colocate_async (the same group, the next batches generating while the "
-          "controller scores and prepares) | separate_async (a rollout group of its own, generating ahead)"),
-      at_least(1, "trainer.v1.colocate_async.num_warmup_batches", 1,
-               "colocate_async: generation batches issued ahead of training (1: one-step-off)"),
-      at_least(1, "trainer.v1.separate_async.num_warmup_batches", 1,
-               "separate_async: generation batches in flight ahead of training (1: one-step-off)"),
-      at_least(1, "trainer.v1.separate_async.parameter_sync_step", 1,
-               "separate_async: publish the weights to the rollout group every N training steps (verl's default "
-               "is 4; hyflow keeps 1, one-step-off)"),
-      at_least(0, "trainer.v1.sampler.max_off_policy_threshold", 8,
-               "colocate_async, separate_async: most weight versions a trajectory may lag the trained policy"),
-      key("trainer.v1.sampler.max_off_policy_strategy", T::string, "drop",
-          "async modes, beyond the threshold: drop (discard the prompt group) | wait (hold generation back)"),
-      at_least(0, "trainer.v1.sampler.max_requeues", 0,
-               "async modes with drop: generate a dropped prompt group again on newer weights, at most this often "
-               "per prompt (0: dropped groups are used up)"),
-      key("async_training.partial_rollout", T::boolean, false,
-          "separate_async: generate in segments; a weight update between them continues the rows on the new "
-          "version"),
-      at_least(1, "async_training.partial_rollout_segments", 2,
-               "separate_async with partial_rollout: segments a response is generated in"),
-      key("critic.enable", T::boolean, kNull, "null: on for gae", true),
-  };
-  for (auto& o : rest) k.push_back(std::move(o));
-  // actor_rollout_ref.*, critic.*, reward_model.*: declared by the role workers where they read them
+  std::vector<ConfigKey> k = ppo_trainer_config_keys();
   for (auto& o : workers::worker_config_keys()) k.push_back(std::move(o));
-  std::vector<ConfigKey> tail = {
-      key("reward_model.enable", T::boolean, false, "score with a reward model worker"),
-      key("reward_model.reward_manager", T::string, "naive", "naive | dapo | batch"),
-      key("reward_model.overlong_buffer.enable", T::boolean, false, "dapo: overlong penalty"),
-      at_least(0, "reward_model.overlong_buffer.len", 0, "dapo: buffer length"),
-      key("reward_model.overlong_buffer.penalty_factor", T::number, 1.0, "dapo: penalty factor", false, 0),
-      key("custom_reward_function.path", T::string, kNull,
-          "shared library whose static initializers register reward functions (null: built-in ones only)", true),
-      key("custom_reward_function.name", T::string, "compute_score",
-          "registered reward function (compute_score without a path: the default router)"),
-      key("algorithm.adv_estimator", T::string, "gae", "advantage estimator"),
-      key("algorithm.gamma", T::number, 1.0, "discount", false, 0),
-      key("algorithm.lam", T::number, 1.0, "GAE lambda", false, 0),
-      key("algorithm.norm_adv_by_std_in_grpo", T::boolean, true, "GRPO: divide by the group std"),
-      key("algorithm.use_kl_in_reward", T::boolean, false, "KL penalty in the reward"),
-      key("algorithm.kl_penalty", T::string, "kl", "KL estimator in the reward"),
-      key("algorithm.kl_ctrl.type", T::string, "fixed", "fixed | adaptive"),
-      key("algorithm.kl_ctrl.kl_coef", T::number, 0.001, "KL coefficient", false, 0),
-      at_least(1, "algorithm.kl_ctrl.horizon", 10000, "adaptive horizon"),
-      key("algorithm.kl_ctrl.target_kl", T::number, 0.1, "adaptive target", false, 0),
-      key("algorithm.filter_groups.enable", T::boolean, false,
-          "DAPO dynamic sampling: drop prompt groups whose metric is equal for all samples, regenerate until full"),
-      key("algorithm.filter_groups.metric", T::string, kNull,
-          "acc | score | seq_reward | seq_final_reward | another reward_extra_info column", true),
-      key("algorithm.filter_groups.max_num_gen_batches", T::integer, 0,
-          "generation batches allowed per step (0 or less: unlimited)"),
-      key("algorithm.rollout_correction.rollout_is", T::string, kNull,
-          "importance weights old/rollout policy: token | sequence (null: off; needs rollout.calculate_log_probs)",
-          true),
-      key("algorithm.rollout_correction.rollout_is_threshold", T::number, 2.0,
-          "upper truncation of the rollout correction weights", false, 0),
-      key("algorithm.rollout_correction.rollout_is_batch_normalize", T::boolean, false,
-          "divide the truncated IS weights by their batch mean"),
-      key("algorithm.rollout_correction.rollout_rs", T::string, kNull,
-          "rejection sampling: token | sequence | geometric (null: off; needs rollout.calculate_log_probs)", true),
-      key("algorithm.rollout_correction.rollout_rs_threshold", T::number, kNull,
-          "rejection sampling: upper bound of the ratio (required with rollout_rs)", true, 0),
-      key("algorithm.rollout_correction.rollout_rs_threshold_lower", T::number, kNull,
-          "rejection sampling: lower bound of the ratio (null: 1 / rollout_rs_threshold)", true, 0),
-      key("algorithm.rollout_correction.rollout_token_veto_threshold", T::number, kNull,
-          "reject a whole response with any token ratio below this (null: off)", true, 0),
-      key("algorithm.rollout_correction.bypass_mode", T::boolean, false,
-          "use the rollout's log-probs as old_log_probs instead of recomputing them with the actor"),
-      at_least(1, "trainer.total_epochs", 30, "epochs"),
-      at_least(1, "trainer.total_training_steps", kNull, "null: epochs x batches", true),
-      key("trainer.balance_batch", T::boolean, true,
-          "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"),
-      key("trainer.project_name", T::string, "hyflow", "project"),
-      key("trainer.experiment_name", T::string, "run", "experiment"),
-      key("trainer.logger", T::list, Json::array({"console"}), "console | file"),
-      at_least(1, "trainer.nnodes", 1, "nodes"),
-      at_least(1, "trainer.n_gpus_per_node", 1, "workers per node"),
-      at_least(-1, "trainer.save_freq", -1, "save every N steps (-1: never)"),
-      at_least(-1, "trainer.test_freq", -1, "validate every N steps (-1: never)"),
-      key("trainer.val_before_train", T::boolean, true, "validate before the first step"),
-      key("trainer.val_only", T::boolean, false, "validate and stop"),
-      at_least(0, "trainer.critic_warmup", 0, "steps updating only the critic"),
-      key("trainer.resume_mode", T::string, "auto", "disable | auto | resume_path"),
-      key("trainer.resume_from_path", T::string, kNull, "checkpoint folder global_step_N", true),
-      key("trainer.default_local_dir", T::string, kNull, "null: checkpoints/{project}/{experiment}", true),
-      at_least(1, "trainer.max_actor_ckpt_to_keep", kNull, "null: keep all", true),
-      at_least(1, "trainer.max_critic_ckpt_to_keep", kNull, "null: keep all", true),
-      key("trainer.device", T::string, "cpu",
-          "cpu | cuda | auto (GPUs when every node has one per worker); workers get cuda:<local rank>"),
-      key("trainer.seed", T::integer, 1, "controller seed (uids, rollout seeds)"),
-      key("trainer.metrics_file", T::string, kNull, "JSONL metrics (null: {default_local_dir}/metrics.jsonl)", true),
-      key("trainer.progress_bar", T::boolean, true, "print a progress line per step"),
-      key("trainer.call_timeout_s", T::number, 0.0,
-          "fail a worker call not answered within this many seconds, naming the late ranks (0: wait forever)", false,
-          0),
-      key("cluster.nodes", T::string, kNull,
-          "caf-node addresses host:port,... (null: workers run in this process); trainer.nnodes of them are used",
-          true),
-      key("cluster.secret_file", T::string, kNull, "file with the secret the nodes were started with", true),
-      at_least(0, "cluster.heartbeat_ms", 500, "middleman heartbeat interval, as the nodes' --heartbeat-ms (0: off)"),
-      at_least(0, "cluster.connection_timeout_ms", 3000,
-          "drop a node silent this long, as the nodes' --connection-timeout-ms (0: never)"),
-      key("cluster.tls_cert", T::string, kNull, "mutual TLS: this controller's certificate (PEM)", true),
-      key("cluster.tls_key", T::string, kNull, "mutual TLS: its private key (PEM)", true),
-      key("cluster.tls_ca", T::string, kNull, "mutual TLS: the CA that signed the nodes' certificates (PEM)", true),
-      key("cluster.data_plane_bind", T::string, kNull,
-          "listen address of this controller's data server for large DataProtos (null: HYFLOW_DATA_PLANE_BIND or "
-          "127.0.0.1)",
-          true),
-      key("cluster.data_plane_host", T::string, kNull,
-          "address nodes use to reach that server (null: HYFLOW_DATA_PLANE_HOST, else the bind address or host name)",
-          true),
-  };
-  for (auto& o : tail) k.push_back(std::move(o));
+  std::set<std::string> names;
+  for (const auto& o : k)
+    if (!names.insert(o.name).second) throw Error("config key '" + o.name + "' is declared twice");
   return k;
 }
 
@@ -265,6 +125,36 @@ std::vector<std::string> key_names(const std::vector<ConfigKey>& keys) {
   return names;
 }
 
+/// One item of a bracketed list: a quoted scalar is a string; a plain one a number, true/false,
+/// null or a bare string (Hydra's rules for override values).
+Json list_item(const ConfigKey& k, const YAML::Node& item, const std::string& raw) {
+  if (!item.IsScalar())
+    throw ValueError("config key '" + k.name + "': expected a flat list such as ['console','jsonl'], got '" + raw + "'");
+  const std::string& v = item.Scalar();
+  if (item.Tag() == "!") return Json(v);  // quoted
+  Json number = Json::parse(v, nullptr, /*allow_exceptions=*/false);
+  if (number.is_number()) return number;
+  const std::string l = lower(v);
+  if (l == "true" || l == "false") return Json(l == "true");
+  if (l == "null" || l == "~") return Json();
+  return Json(v);
+}
+
+/// "[a, 'b', 1.5]" as Hydra (and YAML's flow sequences) read it: single or double quotes, or none.
+Json parse_list(const ConfigKey& k, const std::string& raw, const std::string& text) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ValueError("config key '" + k.name + "': expected a list such as ['console','jsonl'], got '" + raw +
+                     "' (" + e.msg + ")");
+  }
+  if (!node.IsSequence()) bad_value(k, raw);
+  Json out = Json::array();
+  for (const auto& item : node) out.push_back(list_item(k, item, raw));
+  return out;
+}
+
 /// "unknown config key 'x'<where>; did you mean 'y'? (see --help for the known keys)".
 KeyError unknown_key(const std::string& name, const std::vector<ConfigKey>& keys, const std::string& where = "") {
   return KeyError("unknown config key '" + name + "'" + where + did_you_mean(name, key_names(keys)) +
@@ -308,11 +198,7 @@ Json parse_config_value(const ConfigKey& k, const std::string& raw) {
           return Json(text.substr(1, text.size() - 2));
         return Json(text);
       case T::list: {
-        if (!text.empty() && text.front() == '[') {
-          Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-          if (!j.is_array()) bad_value(k, raw);
-          return j;
-        }
+        if (!text.empty() && text.front() == '[') return parse_list(k, raw, text);
         Json out = Json::array();
         std::stringstream ss(text);
         for (std::string item; std::getline(ss, item, ',');) {

@@ -1,13 +1,34 @@
 #pragma once
-// Trainer-internal helpers: sequence balancing and the progress line.
+// Trainer-internal helpers: phase timing, sequence balancing, rollout metrics and the progress line.
 
 #include <hyflow/dataproto/data_proto.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <string>
 
 namespace hyflow::trainer {
+
+/// Adds the seconds of its scope to metrics["timing_s/<name>"] (verl's marked_timer): a step of
+/// several generation batches sums their times.
+class Timer {
+ public:
+  Timer(nlohmann::json& metrics, std::string name)
+      : metrics_(metrics), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
+  ~Timer() {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    auto& slot = metrics_["timing_s/" + name_];
+    slot = slot.is_number() ? slot.get<double>() + s : s;
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+ private:
+  nlohmann::json& metrics_;
+  std::string name_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 /// Reorders rows so each of `world` equal-size contiguous chunks carries about the same
 /// attention workload (24576·s + s², s = valid tokens); logs global_seqlen/*.

@@ -10,6 +10,7 @@
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/sharded_optimizer.hpp>
+#include <hyflow/rollout/rollout_registry.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -40,7 +41,8 @@ std::string role_arg(const Json& args) {
 ActorRolloutRefWorker::ActorRolloutRefWorker(const Json& args)
     : config_(parse_actor_rollout_ref_config(args.is_object() && args.contains("config") ? args.at("config") : Json())),
       role_(parse_role(role_arg(args))),
-      device_(detail::resolve_device(device())) {
+      device_(detail::resolve_device(device())),
+      rollout_json_(args.at("config").value("rollout", Json::object())) {  // config_ checked it is an object
   if (has_actor(role_)) {
     const auto& a = config_.actor;
     mini_batch_rows_ = normalized_mini_batch_size(a.ppo_mini_batch_size, config_.rollout.n, world_size(),
@@ -79,8 +81,12 @@ void ActorRolloutRefWorker::init_model() {
   }
   if (ref_)
     ref_fsdp_ = detail::shard_model(*ref_, group_, config_.ref_fsdp, "ref", "actor_rollout_ref.ref.fsdp_config");
-  if (has_rollout(role_))
+  if (has_rollout(role_)) {
     rollout_generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(config_.rollout.seed + rank()));
+    rollout_ = rollout::make_rollout_backend(
+        config_.rollout.name,
+        {.model = policy_, .device = device_, .config = rollout_json_, .rank = rank(), .world_size = world_size()});
+  }
 }
 
 void ActorRolloutRefWorker::require_initialized(const char* method) const {
@@ -138,19 +144,13 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
     handoff.reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   DataProto out;
-  if (has_rows) {
-    if (!decode_engine_ && options.engine == models::GenerationEngine::kDecode &&
-        models::DecodeEngine::supports(policy_))
-      decode_engine_ = std::make_unique<models::DecodeEngine>(policy_, options.decode);
-    out = decode_engine_ ? models::generate(policy_, input, options, *decode_engine_)
-                         : models::generate(policy_, input, options);
-  }
+  if (has_rows) out = rollout_->generate_sequences(input, options);
   if (policy_fsdp_) {
     handoff.peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
     // The gather writes the parameters' storage without bumping their version counters, and a
     // packed copy kept until the next rollout would hold a second full model on every rank,
     // undoing the sharding: a sharded policy keeps only the engine's KV pool and scratch.
-    if (decode_engine_) decode_engine_->drop_packed_weights();
+    rollout_->weights_changed();
     policy_fsdp_->reshard_all();
   }
   if (has_rows && device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));
@@ -206,13 +206,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
 }
 
 Json ActorRolloutRefWorker::decode_stats() const {
-  if (!decode_engine_) return Json{{"engine", false}};
-  const auto& s = decode_engine_->stats();
-  return Json{{"engine", true},
-              {"packed_weights", s.packed_weights},
-              {"pack_s", s.pack_s},
-              {"packed_bytes", decode_engine_->packed_bytes()},
-              {"steps", s.steps}};
+  return rollout_ ? rollout_->stats() : Json{{"engine", false}};
 }
 
 DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp,
@@ -281,7 +275,7 @@ void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
   detail::load_role_checkpoint(checkpoint_role(), dir);
-  if (decode_engine_) decode_engine_->drop_packed_weights();  // whatever path wrote the weights
+  if (rollout_) rollout_->weights_changed();  // whatever path wrote the weights
 }
 
 std::string ActorRolloutRefWorker::parameter_digest() const {

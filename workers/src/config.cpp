@@ -1,8 +1,9 @@
 #include <hyflow/workers/config.hpp>
 
-#include "config_reader.hpp"
+#include <hyflow/core/config_section.hpp>
 
 #include <hyflow/parallel/fsdp.hpp>
+#include <hyflow/rollout/rollout_registry.hpp>
 
 #include <torch/torch.h>
 
@@ -12,29 +13,28 @@
 namespace hyflow::workers {
 namespace {
 
-using detail::require;
-using detail::Section;
+using Section = ConfigSection;
 
 const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                 "seq-mean-token-sum-norm"};
 
 void check_loss_agg_mode(const std::string& mode, const std::string& path) {
-  require(std::find(kLossAggModes.begin(), kLossAggModes.end(), mode) != kLossAggModes.end(), path,
+  require_config(std::find(kLossAggModes.begin(), kLossAggModes.end(), mode) != kLossAggModes.end(), path,
           "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", mode);
 }
 
 void check_positive(int64_t v, const std::string& path) {
-  require(v > 0, path, "> 0", v);
+  require_config(v > 0, path, "> 0", v);
 }
 void check_positive(const std::optional<int64_t>& v, const std::string& path) {
   if (v) check_positive(*v, path);
 }
 
-void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table);
+void read_fsdp(Section& owner, Section s, FsdpSection& f);
 
 void read_model(Section s, ModelSection& out, const char* path_help, Section* owner = nullptr,
                 FsdpSection* fsdp = nullptr) {
-  if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp, false);
+  if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp);
   s.read("path", out.path, {.help = path_help});
   s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing, {.help = "recompute activations"});
   s.ignore({"use_remove_padding",
@@ -61,19 +61,19 @@ void read_model(Section s, ModelSection& out, const char* path_help, Section* ow
             "use_torch_compile",
             "dtype"});
   s.finish();
-  if (!s.describing()) require(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
+  if (!s.describing()) require_config(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
 }
 
 void check_no_lora(const Json& model, const std::string& path) {
   if (model.is_object() && model.contains("lora_rank") && model.at("lora_rank").is_number_integer())
-    require(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank", "0 (LoRA is not supported by hyflow yet)",
+    require_config(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank", "0 (LoRA is not supported by hyflow yet)",
             model.at("lora_rank"));
 }
 
 void check_sp(Section& s) {
   int64_t sp = 1;
   s.read("ulysses_sequence_parallel_size", sp, {.help = "sequence parallelism (hyflow: 1 only)"});
-  require(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
+  require_config(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
 }
 
 void read_dtype(Section& s, const char* key, std::string& out, const char* help) {
@@ -81,14 +81,13 @@ void read_dtype(Section& s, const char* key, std::string& out, const char* help)
   if (!s.describing()) parallel::parse_dtype(out, s.key_path(key));
 }
 
-// `owner` holds `strategy`; `s` is its fsdp_config. The trainer's own table declares
-// actor_rollout_ref.actor.strategy (`strategy_in_trainer_table`), so it is not declared twice.
-void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_trainer_table) {
+// `owner` holds `strategy`; `s` is its fsdp_config.
+void read_fsdp(Section& owner, Section s, FsdpSection& f) {
   owner.read(
       "strategy", f.strategy,
-      {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)", .set_by_trainer = strategy_in_trainer_table});
+      {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)"});
   if (!owner.describing())
-    require(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
+    require_config(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
   s.read("fsdp_size", f.fsdp_size, {.help = "ranks per shard group (-1: all; 1: replicate; k: HYBRID_SHARD)"});
   s.read("param_offload", f.param_offload,
          {.help = "sharded fp32 parameters and grads in pinned host memory between uses (CPU: a no-op, said once)"});
@@ -115,7 +114,7 @@ void read_fsdp(Section& owner, Section s, FsdpSection& f, bool strategy_in_train
             "seed", "full_determinism", "mixed_precision_dtype"});
   s.finish();
   if (s.describing()) return;
-  require(f.fsdp_size == -1 || f.fsdp_size >= 1, s.key_path("fsdp_size"), "-1 or >= 1", f.fsdp_size);
+  require_config(f.fsdp_size == -1 || f.fsdp_size >= 1, s.key_path("fsdp_size"), "-1 or >= 1", f.fsdp_size);
 }
 
 void read_checkpoint(Section s, CheckpointSection& c) {
@@ -130,7 +129,7 @@ void read_checkpoint(Section s, CheckpointSection& c) {
   if (s.describing()) return;
   for (const auto* list : {&c.save_contents, &c.load_contents})
     for (const auto& item : *list)
-      require(std::find(kContents.begin(), kContents.end(), item) != kContents.end(),
+      require_config(std::find(kContents.begin(), kContents.end(), item) != kContents.end(),
               s.key_path(list == &c.save_contents ? "save_contents" : "load_contents"),
               "a list of model, optimizer, extra, hf_model", item);
 }
@@ -140,7 +139,7 @@ void read_optim(Section s, OptimConfig& o) {
   s.read("weight_decay", o.weight_decay, {.help = "AdamW weight decay", .minimum = 0});
   std::vector<double> betas{o.betas[0], o.betas[1]};
   s.read("betas", betas, {.help = "AdamW betas"});
-  require(betas.size() == 2, s.key_path("betas"), "a list of two numbers", betas);
+  require_config(betas.size() == 2, s.key_path("betas"), "a list of two numbers", betas);
   o.betas = {betas[0], betas[1]};
   s.read("eps", o.eps, {.help = "AdamW epsilon"});
   s.read("lr_warmup_steps", o.lr_warmup_steps, {.help = "warmup steps (< 0: use the ratio)", .minimum = -1});
@@ -159,17 +158,17 @@ void read_optim(Section s, OptimConfig& o) {
             "lr_scheduler_kwargs", "zero_indexed_step"});
   s.finish();
   if (s.describing()) return;
-  require(o.lr >= 0, s.key_path("lr"), ">= 0", o.lr);
-  require(o.weight_decay >= 0, s.key_path("weight_decay"), ">= 0", o.weight_decay);
-  for (double b : o.betas) require(b >= 0 && b < 1, s.key_path("betas"), "two numbers in [0, 1)", o.betas);
-  require(o.eps > 0, s.key_path("eps"), "> 0", o.eps);
-  require(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1, s.key_path("lr_warmup_steps_ratio"),
+  require_config(o.lr >= 0, s.key_path("lr"), ">= 0", o.lr);
+  require_config(o.weight_decay >= 0, s.key_path("weight_decay"), ">= 0", o.weight_decay);
+  for (double b : o.betas) require_config(b >= 0 && b < 1, s.key_path("betas"), "two numbers in [0, 1)", o.betas);
+  require_config(o.eps > 0, s.key_path("eps"), "> 0", o.eps);
+  require_config(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1, s.key_path("lr_warmup_steps_ratio"),
           "in [0, 1]", o.lr_warmup_steps_ratio);
-  require(o.lr_scheduler_type == "constant" || o.lr_scheduler_type == "cosine", s.key_path("lr_scheduler_type"),
+  require_config(o.lr_scheduler_type == "constant" || o.lr_scheduler_type == "cosine", s.key_path("lr_scheduler_type"),
           "constant or cosine", o.lr_scheduler_type);
-  require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, s.key_path("min_lr_ratio"), "in [0, 1]", o.min_lr_ratio);
+  require_config(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, s.key_path("min_lr_ratio"), "in [0, 1]", o.min_lr_ratio);
   if (o.lr_scheduler_type == "cosine")
-    require(o.total_training_steps > 0, s.key_path("total_training_steps"),
+    require_config(o.total_training_steps > 0, s.key_path("total_training_steps"),
             "> 0 for the cosine schedule (the trainer sets it)", o.total_training_steps);
   (void)o.resolved_warmup_steps(s.key_path("lr_warmup_steps_ratio"));
 }
@@ -243,7 +242,7 @@ void read_actor(Section s, ActorSection& a) {
     }
   }
   read_optim(s.sub("optim"), a.optim);
-  read_fsdp(s, s.sub("fsdp_config"), a.fsdp, /*strategy_in_trainer_table=*/true);
+  read_fsdp(s, s.sub("fsdp_config"), a.fsdp);
   read_checkpoint(s.sub("checkpoint"), a.checkpoint);
   check_sp(s);
   s.ignore({"shuffle",
@@ -276,9 +275,9 @@ void read_actor(Section s, ActorSection& a) {
   check_positive(a.ppo_micro_batch_size_per_gpu, s.key_path("ppo_micro_batch_size_per_gpu"));
   check_positive(a.ppo_max_token_len_per_gpu, s.key_path("ppo_max_token_len_per_gpu"));
   check_positive(a.ppo_epochs, s.key_path("ppo_epochs"));
-  require(a.grad_clip > 0, s.key_path("grad_clip"), "> 0", a.grad_clip);
-  require(l.clip_ratio_c > 1, s.key_path("clip_ratio_c"), "> 1", l.clip_ratio_c);
-  require(l.clip_ratio >= 0, s.key_path("clip_ratio"), ">= 0", l.clip_ratio);
+  require_config(a.grad_clip > 0, s.key_path("grad_clip"), "> 0", a.grad_clip);
+  require_config(l.clip_ratio_c > 1, s.key_path("clip_ratio_c"), "> 1", l.clip_ratio_c);
+  require_config(l.clip_ratio >= 0, s.key_path("clip_ratio"), ">= 0", l.clip_ratio);
   check_loss_agg_mode(l.loss_agg_mode, s.key_path("loss_agg_mode"));
   if (a.use_kl_loss) check_kl_type(a.kl_loss_type, s.key_path("kl_loss_type"));
 }
@@ -295,6 +294,11 @@ void read_val_kwargs(Section s, ValKwargs& v) {
 }
 
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
+  s.read("name", r.name, {.help = "rollout backend (built in: hf, the decode engine; docs/rollout.md)"});
+  if (!s.describing() && !rollout::has_rollout_backend(r.name))
+    throw KeyError("config key '" + s.key_path("name") + "': unknown rollout backend '" + r.name + "' (registered: " +
+                   join_names(rollout::rollout_backend_names()) + ")" +
+                   did_you_mean(r.name, rollout::rollout_backend_names()));
   s.read("n", r.n, {.help = "samples per prompt", .minimum = 1});
   s.read("temperature", r.temperature, {.help = "sampling temperature", .minimum = 0});
   s.read("top_k", r.top_k, {.help = "top-k (-1: off)", .minimum = -1});
@@ -312,8 +316,7 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
   read_forward(s, r.log_prob, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
                "log_prob_max_token_len_per_gpu", "the actor's");
-  s.ignore({"name",
-            "mode",
+  s.ignore({"mode",
             "tensor_model_parallel_size",
             "data_parallel_size",
             "expert_parallel_size",
@@ -362,10 +365,10 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   if (s.describing()) return;
   check_positive(r.n, s.key_path("n"));
   check_positive(r.response_length, s.key_path("response_length"));
-  require(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
-  require(r.top_p > 0 && r.top_p <= 1, s.key_path("top_p"), "in (0, 1]", r.top_p);
-  require(r.min_p >= 0 && r.min_p <= 1, s.key_path("min_p"), "in [0, 1]", r.min_p);
-  require(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true", r.temperature);
+  require_config(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
+  require_config(r.top_p > 0 && r.top_p <= 1, s.key_path("top_p"), "in (0, 1]", r.top_p);
+  require_config(r.min_p >= 0 && r.min_p <= 1, s.key_path("min_p"), "in [0, 1]", r.min_p);
+  require_config(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true", r.temperature);
 }
 
 }  // namespace
@@ -425,7 +428,7 @@ void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
     c.ref.max_token_len_per_gpu = c.actor.ppo_max_token_len_per_gpu;
     read_forward(r, c.ref, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
                  "log_prob_max_token_len_per_gpu", "the actor's");
-    read_fsdp(r, r.sub("fsdp_config"), c.ref_fsdp, false);
+    read_fsdp(r, r.sub("fsdp_config"), c.ref_fsdp);
     check_sp(r);
     r.ignore({"log_prob_micro_batch_size", "use_torch_compile", "profiler", "entropy_checkpointing",
               "entropy_from_logits_with_chunking", "_target_", "model", "megatron", "load_weight", "router_replay",
@@ -474,8 +477,8 @@ void read_critic(Section s, CriticConfig& c) {
   check_positive(c.forward.max_token_len_per_gpu, s.key_path("forward_max_token_len_per_gpu"));
   check_positive(c.ppo_epochs, s.key_path("ppo_epochs"));
   check_positive(c.rollout_n, s.key_path("rollout_n"));
-  require(c.cliprange_value >= 0, s.key_path("cliprange_value"), ">= 0", c.cliprange_value);
-  require(c.grad_clip > 0, s.key_path("grad_clip"), "> 0", c.grad_clip);
+  require_config(c.cliprange_value >= 0, s.key_path("cliprange_value"), ">= 0", c.cliprange_value);
+  require_config(c.grad_clip > 0, s.key_path("grad_clip"), "> 0", c.grad_clip);
   check_loss_agg_mode(c.loss_agg_mode, s.key_path("loss_agg_mode"));
 }
 

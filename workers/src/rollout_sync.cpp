@@ -5,6 +5,8 @@
 
 #include "worker_common.hpp"
 
+#include <hyflow/rollout/rollout_backend.hpp>
+
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/fsdp.hpp>
 
@@ -57,11 +59,7 @@ void ActorRolloutRefWorker::load_weights(DataProto weights) {
                      std::to_string(weights.size()));
   models::NamedTensors tensors;
   for (const auto& [name, t] : weights.batch) tensors.emplace_back(name, t.select(0, 0));
-  models::load_parameters(*policy_, tensors, method + " of weight version " + std::to_string(version));
-  // load_parameters copies in place (version counters bumped, so the engine would repack the
-  // changed weights by itself); every weight changes here anyway, and dropping does not depend on
-  // how the weights were written.
-  if (decode_engine_) decode_engine_->drop_packed_weights();
+  rollout_->load_weights(tensors, method + " of weight version " + std::to_string(version));
   weight_version_ = version;
 }
 

@@ -5,6 +5,8 @@
 // training, another engine or precision elsewhere), truncated from above, plus verl's
 // rollout_corr/* diagnostics. The actor multiplies its per-token policy loss by the weights.
 
+#include <hyflow/dataproto/data_proto.hpp>
+
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
@@ -77,5 +79,20 @@ RolloutMaskOutput compute_rollout_rejection_mask(const at::Tensor& old_log_prob,
 /// ShapeError on mismatched shapes, ValueError when threshold <= 0.
 RolloutMaskOutput compute_token_veto_mask(const at::Tensor& old_log_prob, const at::Tensor& rollout_log_prob,
                                           const at::Tensor& response_mask, double threshold);
+
+/// The settings of algorithm.rollout_correction that act on a batch (unset: off).
+struct RolloutCorrection {
+  std::optional<RolloutIsOptions> is;
+  std::optional<RolloutRsOptions> rs;
+  std::optional<double> token_veto_threshold;
+  bool enabled() const { return is || rs || token_veto_threshold; }
+};
+
+/// verl's rollout correction of a batch after its old log-probs (old_log_probs, rollout_log_probs,
+/// response_mask): with `is`, the truncated IS weights as rollout_is_weights (decoupled mode: the
+/// actor multiplies its per-token loss by them); with `rs` and the veto, the rejected tokens and
+/// vetoed rows leave response_mask (no advantage, no loss, not counted). Returns the
+/// rollout_corr/* metrics. ValueError when every response token of the batch is rejected.
+nlohmann::json apply_rollout_correction(DataProto& batch, const RolloutCorrection& correction);
 
 }  // namespace hyflow::algos::rollout_correction

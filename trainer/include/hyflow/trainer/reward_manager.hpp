@@ -43,6 +43,13 @@ BatchComputeScoreFn get_batch_compute_score(const std::string& name);
 /// loaded; loading the same file again does nothing.
 void load_reward_plugin(const std::string& path);
 
+struct RewardSection;
+/// custom_reward_function as verl resolves it: without a path, compute_score means the default
+/// router; with one, the plugin is loaded and the name must then be a registered (batch, for the
+/// batch manager) reward function. Returns the function's registered name; ValueError / KeyError
+/// naming custom_reward_function.path / .name.
+std::string load_custom_reward_function(const RewardSection& reward);
+
 struct OverlongBuffer {
   bool enable = false;
   int64_t len = 0;

@@ -17,6 +17,10 @@
 #include <optional>
 #include <string>
 
+namespace hyflow::rollout {
+class RolloutBackend;
+}  // namespace hyflow::rollout
+
 namespace hyflow::parallel {
 class FsdpModule;
 class Optimizer;
@@ -42,7 +46,8 @@ class ActorRolloutRefWorker : public Worker {
   /// (prompts, responses, input_ids, attention_mask, position_ids, response_mask,
   /// rollout_log_probs when rollout.calculate_log_probs). meta_info may override do_sample,
   /// validate (use val_kwargs), temperature, top_p, top_k, response_length. The tokens come from
-  /// the worker's long-lived decode engine; rollout_log_probs from the actor's own scoring
+  /// the rollout backend named by rollout.name (hyflow/rollout/rollout_registry.hpp; built in:
+  /// "hf", the decode engine); rollout_log_probs from the actor's own scoring
   /// (compute_log_prob's function and micro-batching at the sampling temperature, 1 for greedy; 0 on
   /// padding), so they equal compute_log_prob's old_log_probs for the same weights. DP_COMPUTE_PROTO.
   DataProto generate_sequences(DataProto prompts);
@@ -94,8 +99,9 @@ class ActorRolloutRefWorker : public Worker {
   /// DP_COMPUTE_PROTO.
   DataProto continue_sequences(DataProto partial);
 
-  /// The policy's decode engine on this rank: {"engine": false} before the first rollout that
-  /// used one, else {"engine": true, "packed_weights" (weights packed by the last run: those that
+  /// The rollout backend's stats() on this rank ({"engine": false} without the rollout role).
+  /// The built-in "hf" backend: {"engine": false} before the first rollout that used the decode
+  /// engine, else {"engine": true, "packed_weights" (weights packed by the last run: those that
   /// changed), "pack_s", "packed_bytes" (the packed copy held now: 0 for a sharded policy, whose
   /// packed weights are dropped after every rollout), "steps" (forward passes of the last run)}.
   /// ONE_TO_ALL.
@@ -135,9 +141,9 @@ class ActorRolloutRefWorker : public Worker {
     double reshard_s = 0;    ///< gathering the sharded policy, this rank
     int64_t peak_extra = 0;  ///< full-parameter bytes held beyond the shards, gather to end of generation
   };
-  /// Generates `input` (prompts on device_; `has_rows` false: this rank generates nothing) with the
-  /// policy on decode_engine_, the whole policy gathered for it and freed after when sharded
-  /// (a collective then: every rank calls it). Tokens only: options.return_log_probs is ignored.
+  /// Generates `input` (prompts on device_; `has_rows` false: this rank generates nothing) on the
+  /// rollout backend, the whole policy gathered for it and freed after when sharded (a
+  /// collective then: every rank calls it). Tokens only: options.return_log_probs is ignored.
   DataProto policy_rollout(const DataProto& input, bool has_rows, models::GenerationOptions options, Handoff& handoff);
   /// rollout_log_probs of a rollout batch (on the CPU): the policy's log-probs of `responses`
   /// through log_probs_of with compute_log_prob's batching, at the temperature the tokens were
@@ -146,9 +152,11 @@ class ActorRolloutRefWorker : public Worker {
   /// meta_info timing.reshard (mean over ranks) and reshard_peak_extra_bytes (largest rank).
   void report_handoff(DataProto& out, Handoff handoff);
 
-  /// The policy's decode engine, kept across rollouts (its KV pool, scratch and, for a replicated
-  /// policy, its packed weights); built at the first rollout that can use it.
-  std::unique_ptr<models::DecodeEngine> decode_engine_;
+  /// The rollout backend (rollout.name) serving policy_, built by init_model for the rollout
+  /// role and kept across rollouts (the built-in engine keeps its KV pool, scratch and, for a
+  /// replicated policy, its packed weights).
+  std::unique_ptr<rollout::RolloutBackend> rollout_;
+  Json rollout_json_;  ///< the rollout section as received: the backend's context
 };
 
 }  // namespace hyflow::workers

@@ -87,6 +87,7 @@ struct ValKwargs {
 
 /// actor_rollout_ref.rollout
 struct RolloutSection {
+  std::string name = "hf";  ///< the rollout backend (hyflow/rollout/rollout_registry.hpp)
   int64_t n = 1;
   double temperature = 1.0;
   int64_t top_k = -1;
@@ -155,7 +156,7 @@ RewardModelConfig parse_reward_model_config(const Json& json);
 
 /// The keys the three parsers read (actor_rollout_ref.*, critic.*, reward_model.*) with their
 /// types, defaults (the structs' values, or null where the trainer fills the key) and help
-/// lines, declared by the read calls themselves (src/config_reader.hpp). The trainer's key
+/// lines, declared by the read calls themselves (hyflow/core/config_section.hpp). The trainer's key
 /// table, --help and parsing are built from this list, so every key a worker reads is a key
 /// every app accepts. Keys the trainer sets itself (schedule length, seeds) are not listed.
 std::vector<ConfigKey> worker_config_keys();

@@ -1,12 +1,13 @@
 #pragma once
-// Reads one JSON object of a verl config subtree: typed values by key, nested sections, keys
-// verl has that hyflow ignores, and an error for every other key. Every message names the
-// full key path.
+// ConfigSection: reads one JSON object of a verl config subtree into a typed section struct:
+// values by key, nested sections, keys verl has that hyflow ignores, and an error for every
+// other key. Every message names the full key path. The one config reader of hyflow: the role
+// workers (workers/src/config.cpp) and the trainer (trainer/src/sections.cpp) read with it.
 //
-// The read calls are also the declaration of the section: a Section made with a key list
+// The read calls are also the declaration of the section: a ConfigSection made with a key list
 // (describe mode) records every key it reads, with its type, its default (the value the
-// struct member holds before reading) and its help line, into hyflow::ConfigKey entries
-// (workers::worker_config_keys); the trainer builds its key table and --help from them.
+// struct member holds before reading) and its help line, into hyflow::ConfigKey entries; the
+// trainer builds its key table and --help from them, so a key is declared where it is read.
 
 #include <hyflow/core/config_key.hpp>
 #include <hyflow/core/error.hpp>
@@ -23,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace hyflow::workers::detail {
+namespace hyflow {
 
 /// How a key is documented in the key table.
 struct KeyDoc {
@@ -37,11 +38,11 @@ struct KeyDoc {
   bool set_by_trainer = false;
 };
 
-class Section {
+class ConfigSection {
  public:
   /// `keys`: describe mode, recording every key read (see the file comment); validation that
   /// depends on values is skipped by the readers (describing()).
-  Section(const nlohmann::json& json, std::string path, std::vector<ConfigKey>* keys = nullptr)
+  ConfigSection(const nlohmann::json& json, std::string path, std::vector<ConfigKey>* keys = nullptr)
       : path_(std::move(path)), keys_(keys) {
     if (json.is_null()) return;
     if (!json.is_object()) throw ValueError("config section '" + path_ + "' must be an object, got " + json.dump());
@@ -70,14 +71,20 @@ class Section {
     out = convert<T>(json_.at(key), key);
     check_minimum(key, nlohmann::json(*out), doc);
   }
+  /// A key of verl's config that hyflow accepts, type-checks and does not use: declared in the
+  /// key table (so INI files and the command line take it) with `default_value`.
+  template <class T>
+  void accept(const std::string& key, T default_value, const char* help) {
+    read(key, default_value, {.help = help});
+  }
   /// Whether this section only records its keys (readers skip value checks then).
   bool describing() const { return keys_ != nullptr; }
   bool has(const std::string& key) const { return json_.contains(key) && !json_.at(key).is_null(); }
 
   /// A nested object (empty when absent or null).
-  Section sub(const std::string& key) {
+  ConfigSection sub(const std::string& key) {
     seen_.insert(key);
-    return Section(json_.contains(key) ? json_.at(key) : nlohmann::json(), key_path(key), keys_);
+    return ConfigSection(json_.contains(key) ? json_.at(key) : nlohmann::json(), key_path(key), keys_);
   }
 
   /// Keys of verl's config that hyflow accepts and does not use.
@@ -158,8 +165,8 @@ class Section {
 
 /// ValueError "config key '<path>' must be <what>, got <value>" unless `ok`.
 template <class V>
-void require(bool ok, const std::string& path, const std::string& what, const V& value) {
+void require_config(bool ok, const std::string& path, const std::string& what, const V& value) {
   if (!ok) throw ValueError("config key '" + path + "' must be " + what + ", got " + nlohmann::json(value).dump());
 }
 
-}  // namespace hyflow::workers::detail
+}  // namespace hyflow

@@ -1,0 +1,4 @@
+#pragma once
+// Everything of hyflow::rollout.
+#include <hyflow/rollout/rollout_backend.hpp>
+#include <hyflow/rollout/rollout_registry.hpp>

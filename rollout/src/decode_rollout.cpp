@@ -1,0 +1,60 @@
+// The built-in "hf" rollout backend: models::generate on the served model with a long-lived
+// DecodeEngine (its KV pool, scratch and, for float32 CPU models, packed weights kept between
+// calls), the reference generation path where the engine does not apply.
+#include "decode_rollout.hpp"
+
+#include <hyflow/core/error.hpp>
+#include <hyflow/models/decode_engine.hpp>
+
+namespace hyflow::rollout::detail {
+namespace {
+
+class DecodeRollout final : public RolloutBackend {
+ public:
+  explicit DecodeRollout(models::CausalLM model) : model_(std::move(model)) {
+    if (!model_) throw ValueError("rollout backend 'hf': the rollout context has no model");
+  }
+
+  DataProto generate_sequences(const DataProto& prompts, const models::GenerationOptions& options) override {
+    // Built at the first call that can use it, kept until free_cache_engine.
+    if (!engine_ && options.engine == models::GenerationEngine::kDecode && models::DecodeEngine::supports(model_))
+      engine_ = std::make_unique<models::DecodeEngine>(model_, options.decode);
+    return engine_ ? models::generate(model_, prompts, options, *engine_) : models::generate(model_, prompts, options);
+  }
+
+  void load_weights(const models::NamedTensors& weights, const std::string& source) override {
+    models::load_parameters(*model_, weights, source);
+    // load_parameters copies in place (version counters bumped, so the engine would repack the
+    // changed weights by itself); every weight changes here anyway, and dropping does not depend
+    // on how the weights were written.
+    weights_changed();
+  }
+
+  void weights_changed() override {
+    if (engine_) engine_->drop_packed_weights();
+  }
+
+  void free_cache_engine() override { engine_.reset(); }
+
+  nlohmann::json stats() const override {
+    if (!engine_) return nlohmann::json{{"engine", false}};
+    const auto& s = engine_->stats();
+    return nlohmann::json{{"engine", true},
+                          {"packed_weights", s.packed_weights},
+                          {"pack_s", s.pack_s},
+                          {"packed_bytes", engine_->packed_bytes()},
+                          {"steps", s.steps}};
+  }
+
+ private:
+  models::CausalLM model_;
+  std::unique_ptr<models::DecodeEngine> engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<RolloutBackend> make_decode_rollout(const RolloutContext& context) {
+  return std::make_unique<DecodeRollout>(context.model);
+}
+
+}  // namespace hyflow::rollout::detail
