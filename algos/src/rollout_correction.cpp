@@ -180,8 +180,10 @@ nlohmann::json apply_rollout_correction(DataProto& batch, const RolloutCorrectio
     m.update(r.metrics);
   }
   if (kept.sum().item<int64_t>() == 0)
-    throw ValueError("algorithm.rollout_correction: rollout_rs / rollout_token_veto_threshold rejected every response "
-                     "token of the batch (" + m.dump() + "); loosen the thresholds");
+    throw ValueError(
+        "algorithm.rollout_correction: rollout_rs / rollout_token_veto_threshold rejected every response "
+        "token of the batch (" +
+        m.dump() + "); loosen the thresholds");
   batch.batch.set("response_mask", kept);
   return m;
 }

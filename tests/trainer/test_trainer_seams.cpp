@@ -7,8 +7,8 @@
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/placement.hpp>
-#include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/ppo_config.hpp>
+#include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 #include <hyflow/trainer/worker_roles.hpp>
 #include <hyflow/workers/all.hpp>
@@ -127,9 +127,9 @@ TEST_CASE("a trainer loop of its own (best-of-n rejection sampling) on the publi
   const SyntheticTask task{.task = "arithmetic", .size = 16, .max_operand = 9, .seed = 5};
   RLDataset data(load_samples("", task, "prompt"), tokenizer, {.max_prompt_length = cfg.data.max_prompt_length});
   RewardManager reward(tokenizer, {.compute_score = "default", .max_response_length = cfg.data.max_response_length});
-  tracking::Tracking tracker(cfg.trainer.logger, {.local_dir = dir.path.string(),
-                                                  .metrics_file = (dir.path / "loop.jsonl").string(),
-                                                  .total_steps = 2});
+  tracking::Tracking tracker(
+      cfg.trainer.logger,
+      {.local_dir = dir.path.string(), .metrics_file = (dir.path / "loop.jsonl").string(), .total_steps = 2});
   for (int64_t step = 1; step <= 2; ++step) {
     DataProto batch = data.batch({0, 1, 2, 3});
     DataProto gen = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(2, /*interleave=*/true);

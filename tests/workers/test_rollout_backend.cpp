@@ -63,9 +63,10 @@ class CannedRollout final : public rollout::RolloutBackend {
 };
 
 // The one registration line a backend needs.
-const bool registered = (rollout::register_rollout_backend(
-                             "canned", [](const rollout::RolloutContext& c) { return std::make_unique<CannedRollout>(c); }),
-                         true);
+const bool registered =
+    (rollout::register_rollout_backend(
+         "canned", [](const rollout::RolloutContext& c) { return std::make_unique<CannedRollout>(c); }),
+     true);
 
 Json with_rollout_name(const std::string& name) {
   Json config = actor_rollout_ref_config();
@@ -143,8 +144,9 @@ TEST_CASE("an unknown rollout.name fails when the config is read, naming the key
   CHECK_THROWS_AS(rollout::make_rollout_backend("vllm", {}), KeyError);
 }
 
-TEST_CASE("the built-in hf backend: free_cache_engine drops the engine, the next rollout rebuilds it and gives the "
-          "same greedy tokens") {
+TEST_CASE(
+    "the built-in hf backend: free_cache_engine drops the engine, the next rollout rebuilds it and gives the "
+    "same greedy tokens") {
   models::CausalLM model(tiny_config());
   auto backend = rollout::make_rollout_backend("hf", {.model = model});
   models::GenerationOptions options;

@@ -118,8 +118,7 @@ void AsyncPipeline::top_up(int64_t step, bool popped_this_step) {
   }
 }
 
-std::optional<AsyncPipeline::Generated> AsyncPipeline::next(int64_t step, nlohmann::json& metrics,
-                                                            StepCounts& counts) {
+std::optional<AsyncPipeline::Generated> AsyncPipeline::next(int64_t step, nlohmann::json& metrics, StepCounts& counts) {
   const int64_t trained_version = step - 1;  // the version this step's update starts from
   for (;;) {
     top_up(step, /*popped_this_step=*/false);
@@ -148,7 +147,7 @@ std::optional<AsyncPipeline::Generated> AsyncPipeline::next(int64_t step, nlohma
       throw Error(options_.trainer_mode + ": a generation batch lags " + std::to_string(worst) +
                   " versions under the wait strategy (max_off_policy_threshold " +
                   std::to_string(options_.max_off_policy_threshold) + ")");
-    counts.dropped_rows += out.size();  // all its groups started on that version
+    counts.dropped_rows += out.size();                 // all its groups started on that version
     if (item.prompts.times < options_.max_requeues) {  // the replay buffer: generate them again on newer weights
       counts.requeued_groups += static_cast<int64_t>(item.prompts.indices.size());
       ++item.prompts.times;

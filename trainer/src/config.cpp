@@ -129,7 +129,8 @@ std::vector<std::string> key_names(const std::vector<ConfigKey>& keys) {
 /// null or a bare string (Hydra's rules for override values).
 Json list_item(const ConfigKey& k, const YAML::Node& item, const std::string& raw) {
   if (!item.IsScalar())
-    throw ValueError("config key '" + k.name + "': expected a flat list such as ['console','jsonl'], got '" + raw + "'");
+    throw ValueError("config key '" + k.name + "': expected a flat list such as ['console','jsonl'], got '" + raw +
+                     "'");
   const std::string& v = item.Scalar();
   if (item.Tag() == "!") return Json(v);  // quoted
   Json number = Json::parse(v, nullptr, /*allow_exceptions=*/false);

@@ -66,8 +66,8 @@ Placement::Placement(const std::vector<RoleSpec>& roles, const std::vector<PoolS
   workers::register_workers();
   WorkerGroupOptions group_options;  // trainer.call_timeout_s: a call no rank answers in time fails
   if (trainer.call_timeout_s > 0)
-    group_options.call_deadline = std::chrono::milliseconds(
-        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(trainer.call_timeout_s * 1000))));
+    group_options.call_deadline =
+        std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(trainer.call_timeout_s * 1000))));
 
   // trainer.device (cpu | cuda | auto): GPUs give each worker cuda:<local rank>
   std::function<ResourcePool(const std::vector<int>&)> make_pool;

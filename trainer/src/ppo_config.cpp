@@ -333,16 +333,17 @@ void check_across(const PPOConfig& c) {
   // weights are parameter_sync_step - 1 versions behind the trainer already.
   if (a.separate() && a.max_off_policy_strategy == "wait" && a.parameter_sync_step - 1 > a.max_off_policy_threshold)
     conflict("trainer.v1.separate_async.parameter_sync_step",
-             "(" + std::to_string(a.parameter_sync_step) + ") - 1 exceeds trainer.v1.sampler.max_off_policy_threshold (" +
+             "(" + std::to_string(a.parameter_sync_step) +
+                 ") - 1 exceeds trainer.v1.sampler.max_off_policy_threshold (" +
                  std::to_string(a.max_off_policy_threshold) +
                  ") under the wait strategy: the rollout weights would lag more than the bound before each sync");
   const auto& rc = c.algorithm.rollout_correction;
   const Json& rollout = c.actor_rollout_ref.value("rollout", Json::object());
   if ((rc.corrects() || rc.bypass_mode) && !rollout.value("calculate_log_probs", false)) {
-    const char* named = rc.bypass_mode         ? "bypass_mode"
-                        : rc.rollout_is        ? "rollout_is"
-                        : rc.rollout_rs        ? "rollout_rs"
-                                               : "rollout_token_veto_threshold";
+    const char* named = rc.bypass_mode  ? "bypass_mode"
+                        : rc.rollout_is ? "rollout_is"
+                        : rc.rollout_rs ? "rollout_rs"
+                                        : "rollout_token_veto_threshold";
     conflict(std::string("algorithm.rollout_correction.") + named,
              "needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=true");
   }

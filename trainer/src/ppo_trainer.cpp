@@ -57,7 +57,8 @@ struct PPOTrainer::Impl {
 
   explicit Impl(const Config& c) : config_tree(c.tree()), cfg(read_ppo_config(c)) {}
   void setup();
-  std::pair<DataProto, DataProto> prepare_generation(const std::vector<int64_t>& indices, const std::string& uid_prefix);
+  std::pair<DataProto, DataProto> prepare_generation(const std::vector<int64_t>& indices,
+                                                     const std::string& uid_prefix);
   DataProto with_rollout(DataProto batch, const DataProto& gen_out);
   DataProto generate(const std::vector<int64_t>& indices, const std::string& uid_prefix, nlohmann::json& m);
   void balance_and_count(DataProto& batch, nlohmann::json& m);
@@ -123,10 +124,9 @@ void PPOTrainer::Impl::setup() {
     throw ValueError("config key 'data.train_batch_size' (" + std::to_string(d.train_batch_size) +
                      ") exceeds the training set (" + std::to_string(train_data->size()) + " rows)");
   const auto& t = cfg.trainer;
-  data = std::make_unique<DataCursor>(
-      train_data->size(), d.gen_batch_size.value_or(d.train_batch_size), d.shuffle,
-      static_cast<uint64_t>(d.seed.value_or(1)),
-      t.total_training_steps ? std::nullopt : std::optional<int64_t>(t.total_epochs));
+  data = std::make_unique<DataCursor>(train_data->size(), d.gen_batch_size.value_or(d.train_batch_size), d.shuffle,
+                                      static_cast<uint64_t>(d.seed.value_or(1)),
+                                      t.total_training_steps ? std::nullopt : std::optional<int64_t>(t.total_epochs));
   total_steps = t.total_training_steps.value_or(data->batches_per_epoch() * t.total_epochs);  // verl: len(dataloader)
 
   RewardManagerOptions ropt{.name = cfg.reward.reward_manager,
@@ -140,12 +140,7 @@ void PPOTrainer::Impl::setup() {
   ropt.num_examine = 1;
   val_reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
 
-  const std::vector<PoolSpec> pools = {
-      {.name = "global", .workers_per_node = std::vector<int>(t.nnodes, static_cast<int>(t.n_gpus_per_node))},
-      {.name = "rollout",
-       .workers_per_node = std::vector<int>(cfg.async.rollout_nnodes, static_cast<int>(cfg.async.rollout_n_gpus_per_node)),
-       .name_prefix = "rollout_"}};
-  placement = std::make_unique<Placement>(ppo_roles(cfg, total_steps), pools, cfg.trainer, cfg.cluster);
+  placement = std::make_unique<Placement>(ppo_roles(cfg, total_steps), ppo_pools(cfg), cfg.trainer, cfg.cluster);
   actor = &placement->group("actor_rollout_ref");
   critic = placement->find("critic");
   rm = placement->find("rm");
@@ -157,7 +152,7 @@ void PPOTrainer::Impl::setup() {
 }
 
 std::pair<DataProto, DataProto> PPOTrainer::Impl::prepare_generation(const std::vector<int64_t>& indices,
-                                                                    const std::string& uid_prefix) {
+                                                                     const std::string& uid_prefix) {
   DataProto batch = train_data->batch(indices);
   dataproto::Column uid;
   for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back(uid_prefix + std::to_string(i));
@@ -305,7 +300,8 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     const at::Tensor entropys = old.batch.pop("entropys");
     m["actor/entropy"] =
         algos::core_algos::agg_loss(entropys, batch.batch.at("response_mask"), loss_agg_mode).item<double>();
-    batch.union_with(old.select(std::vector<std::string>{"old_log_probs"}, {}, {}));
+    batch.union_with(
+        old.select(std::vector<std::string>{"old_log_probs"}, std::vector<std::string>{}, std::vector<std::string>{}));
     // verl's debug metric: how far the rollout's probabilities of the sampled tokens are from the
     // actor's (computed whenever the rollout returned its log-probs)
     if (batch.batch.contains("rollout_log_probs")) m.update(rollout_probs_diff_metrics(batch));
@@ -314,12 +310,14 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
   if (use_kl) {
     Timer t(m, "ref");
     DataProto ref = actor->call(&ActorRolloutRefWorker::compute_ref_log_prob, batch);
-    batch.union_with(ref.select(std::vector<std::string>{"ref_log_prob"}, {}, {}));
+    batch.union_with(
+        ref.select(std::vector<std::string>{"ref_log_prob"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   if (critic) {
     Timer t(m, "values");
     DataProto v = critic->call(&CriticWorker::compute_values, batch);
-    batch.union_with(v.select(std::vector<std::string>{"values"}, {}, {}));
+    batch.union_with(
+        v.select(std::vector<std::string>{"values"}, std::vector<std::string>{}, std::vector<std::string>{}));
   }
   {
     Timer t(m, "adv");
@@ -357,7 +355,8 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
   std::map<std::string, double> timing_raw;
   for (const auto& [k, v] : m.items())
     if (k.rfind("timing_s/", 0) == 0) timing_raw[k.substr(9)] = v.get<double>();
-  const int64_t workers = world + (cfg.async.separate() ? cfg.async.rollout_nnodes * cfg.async.rollout_n_gpus_per_node : 0);
+  const int64_t workers =
+      world + (cfg.async.separate() ? cfg.async.rollout_nnodes * cfg.async.rollout_n_gpus_per_node : 0);
   m.update(algos::metric_utils::compute_data_metrics(batch, critic != nullptr));
   m.update(algos::metric_utils::compute_timing_metrics(batch, timing_raw));
   m.update(algos::metric_utils::compute_throughout_metrics(batch, timing_raw, workers));
@@ -419,7 +418,9 @@ int64_t PPOTrainer::Impl::load_checkpoint() {
   return step;
 }
 
-PPOTrainer::PPOTrainer(const Config& config) : impl_(std::make_unique<Impl>(config)) { impl_->setup(); }
+PPOTrainer::PPOTrainer(const Config& config) : impl_(std::make_unique<Impl>(config)) {
+  impl_->setup();
+}
 PPOTrainer::~PPOTrainer() = default;
 
 void PPOTrainer::init_workers() {
@@ -429,22 +430,29 @@ void PPOTrainer::init_workers() {
   if (impl_->rm) impl_->rm->call(&RewardModelWorker::init_model);
 }
 
-nlohmann::json PPOTrainer::validate() { return impl_->validate(); }
-const std::vector<nlohmann::json>& PPOTrainer::history() const { return impl_->history; }
-int64_t PPOTrainer::total_training_steps() const { return impl_->total_steps; }
-std::string PPOTrainer::checkpoint_dir() const { return impl_->cfg.trainer.local_dir(); }
+nlohmann::json PPOTrainer::validate() {
+  return impl_->validate();
+}
+const std::vector<nlohmann::json>& PPOTrainer::history() const {
+  return impl_->history;
+}
+int64_t PPOTrainer::total_training_steps() const {
+  return impl_->total_steps;
+}
+std::string PPOTrainer::checkpoint_dir() const {
+  return impl_->cfg.trainer.local_dir();
+}
 
 void PPOTrainer::fit() {
   Impl& s = *impl_;
   const auto& t = s.cfg.trainer;
   int64_t global_step = s.load_checkpoint();
-  tracking::Tracking tracker(
-      t.logger, {.project_name = t.project_name,
-                 .experiment_name = t.experiment_name,
-                 .local_dir = t.local_dir(),
-                 .metrics_file = t.metrics_file.value_or(t.local_dir() + "/metrics.jsonl"),
-                 .total_steps = s.total_steps,
-                 .resumed_step = global_step});
+  tracking::Tracking tracker(t.logger, {.project_name = t.project_name,
+                                        .experiment_name = t.experiment_name,
+                                        .local_dir = t.local_dir(),
+                                        .metrics_file = t.metrics_file.value_or(t.local_dir() + "/metrics.jsonl"),
+                                        .total_steps = s.total_steps,
+                                        .resumed_step = global_step});
   tracker.log_config(s.config_tree);
   auto log = [&](nlohmann::json metrics, int64_t step) {
     tracker.log(metrics, step);
@@ -462,7 +470,7 @@ void PPOTrainer::fit() {
   }
   if (s.pipeline) s.pipeline->start(global_step);
   while (global_step < s.total_steps) {
-    std::optional<nlohmann::json> stepped = s.pipeline                         ? s.async_step(global_step + 1)
+    std::optional<nlohmann::json> stepped = s.pipeline                             ? s.async_step(global_step + 1)
                                             : s.cfg.algorithm.filter_groups.enable ? s.dynamic_step(global_step + 1)
                                                                                    : s.step(global_step + 1);
     if (!stepped) {

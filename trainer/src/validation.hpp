@@ -14,10 +14,10 @@
 namespace hyflow::trainer {
 
 struct ValidationOptions {
-  int64_t n = 1;                          ///< rollout.val_kwargs.n: samples per prompt
-  bool do_sample = false;                 ///< rollout.val_kwargs.do_sample
-  std::optional<int64_t> batch_size;      ///< data.val_batch_size (unset: the whole set at once)
-  int64_t world = 1;                      ///< the actor group's ranks (batches are padded to it)
+  int64_t n = 1;                      ///< rollout.val_kwargs.n: samples per prompt
+  bool do_sample = false;             ///< rollout.val_kwargs.do_sample
+  std::optional<int64_t> batch_size;  ///< data.val_batch_size (unset: the whole set at once)
+  int64_t world = 1;                  ///< the actor group's ranks (batches are padded to it)
 };
 
 /// Generates on `actor` (ActorRolloutRefWorker::generate_sequences with meta_info validate) for

@@ -58,6 +58,16 @@ std::vector<RoleSpec> ppo_roles(const PPOConfig& c, int64_t total_steps) {
   return roles;
 }
 
+std::vector<PoolSpec> ppo_pools(const PPOConfig& c) {
+  auto per_node = [](int64_t nodes, int64_t workers) {
+    return std::vector<int>(static_cast<size_t>(nodes), static_cast<int>(workers));
+  };
+  return {{.name = "global", .workers_per_node = per_node(c.trainer.nnodes, c.trainer.n_gpus_per_node)},
+          {.name = "rollout",
+           .workers_per_node = per_node(c.async.rollout_nnodes, c.async.rollout_n_gpus_per_node),
+           .name_prefix = "rollout_"}};
+}
+
 void check_role_config(const RoleSpec& role) {
   if (role.check && !role.init_args.is_null()) role.check(role.init_args);
 }

@@ -20,7 +20,7 @@ const std::vector<std::string> kLossAggModes = {"token-mean", "seq-mean-token-su
 
 void check_loss_agg_mode(const std::string& mode, const std::string& path) {
   require_config(std::find(kLossAggModes.begin(), kLossAggModes.end(), mode) != kLossAggModes.end(), path,
-          "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", mode);
+                 "one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm", mode);
 }
 
 void check_positive(int64_t v, const std::string& path) {
@@ -66,14 +66,15 @@ void read_model(Section s, ModelSection& out, const char* path_help, Section* ow
 
 void check_no_lora(const Json& model, const std::string& path) {
   if (model.is_object() && model.contains("lora_rank") && model.at("lora_rank").is_number_integer())
-    require_config(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank", "0 (LoRA is not supported by hyflow yet)",
-            model.at("lora_rank"));
+    require_config(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank",
+                   "0 (LoRA is not supported by hyflow yet)", model.at("lora_rank"));
 }
 
 void check_sp(Section& s) {
   int64_t sp = 1;
   s.read("ulysses_sequence_parallel_size", sp, {.help = "sequence parallelism (hyflow: 1 only)"});
-  require_config(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)", sp);
+  require_config(sp == 1, s.key_path("ulysses_sequence_parallel_size"), "1 (sequence parallelism is not supported yet)",
+                 sp);
 }
 
 void read_dtype(Section& s, const char* key, std::string& out, const char* help) {
@@ -83,11 +84,10 @@ void read_dtype(Section& s, const char* key, std::string& out, const char* help)
 
 // `owner` holds `strategy`; `s` is its fsdp_config.
 void read_fsdp(Section& owner, Section s, FsdpSection& f) {
-  owner.read(
-      "strategy", f.strategy,
-      {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)"});
+  owner.read("strategy", f.strategy, {.help = "fsdp | fsdp2 (per-parameter shards, docs/parallel.md)"});
   if (!owner.describing())
-    require_config(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2", f.strategy);
+    require_config(f.strategy == "fsdp" || f.strategy == "fsdp2", owner.key_path("strategy"), "fsdp or fsdp2",
+                   f.strategy);
   s.read("fsdp_size", f.fsdp_size, {.help = "ranks per shard group (-1: all; 1: replicate; k: HYBRID_SHARD)"});
   s.read("param_offload", f.param_offload,
          {.help = "sharded fp32 parameters and grads in pinned host memory between uses (CPU: a no-op, said once)"});
@@ -130,8 +130,8 @@ void read_checkpoint(Section s, CheckpointSection& c) {
   for (const auto* list : {&c.save_contents, &c.load_contents})
     for (const auto& item : *list)
       require_config(std::find(kContents.begin(), kContents.end(), item) != kContents.end(),
-              s.key_path(list == &c.save_contents ? "save_contents" : "load_contents"),
-              "a list of model, optimizer, extra, hf_model", item);
+                     s.key_path(list == &c.save_contents ? "save_contents" : "load_contents"),
+                     "a list of model, optimizer, extra, hf_model", item);
 }
 
 void read_optim(Section s, OptimConfig& o) {
@@ -163,13 +163,13 @@ void read_optim(Section s, OptimConfig& o) {
   for (double b : o.betas) require_config(b >= 0 && b < 1, s.key_path("betas"), "two numbers in [0, 1)", o.betas);
   require_config(o.eps > 0, s.key_path("eps"), "> 0", o.eps);
   require_config(o.lr_warmup_steps_ratio >= 0 && o.lr_warmup_steps_ratio <= 1, s.key_path("lr_warmup_steps_ratio"),
-          "in [0, 1]", o.lr_warmup_steps_ratio);
+                 "in [0, 1]", o.lr_warmup_steps_ratio);
   require_config(o.lr_scheduler_type == "constant" || o.lr_scheduler_type == "cosine", s.key_path("lr_scheduler_type"),
-          "constant or cosine", o.lr_scheduler_type);
+                 "constant or cosine", o.lr_scheduler_type);
   require_config(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, s.key_path("min_lr_ratio"), "in [0, 1]", o.min_lr_ratio);
   if (o.lr_scheduler_type == "cosine")
     require_config(o.total_training_steps > 0, s.key_path("total_training_steps"),
-            "> 0 for the cosine schedule (the trainer sets it)", o.total_training_steps);
+                   "> 0 for the cosine schedule (the trainer sets it)", o.total_training_steps);
   (void)o.resolved_warmup_steps(s.key_path("lr_warmup_steps_ratio"));
 }
 
@@ -296,8 +296,8 @@ void read_val_kwargs(Section s, ValKwargs& v) {
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   s.read("name", r.name, {.help = "rollout backend (built in: hf, the decode engine; docs/rollout.md)"});
   if (!s.describing() && !rollout::has_rollout_backend(r.name))
-    throw KeyError("config key '" + s.key_path("name") + "': unknown rollout backend '" + r.name + "' (registered: " +
-                   join_names(rollout::rollout_backend_names()) + ")" +
+    throw KeyError("config key '" + s.key_path("name") + "': unknown rollout backend '" + r.name +
+                   "' (registered: " + join_names(rollout::rollout_backend_names()) + ")" +
                    did_you_mean(r.name, rollout::rollout_backend_names()));
   s.read("n", r.n, {.help = "samples per prompt", .minimum = 1});
   s.read("temperature", r.temperature, {.help = "sampling temperature", .minimum = 0});
@@ -368,7 +368,8 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   require_config(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
   require_config(r.top_p > 0 && r.top_p <= 1, s.key_path("top_p"), "in (0, 1]", r.top_p);
   require_config(r.min_p >= 0 && r.min_p <= 1, s.key_path("min_p"), "in [0, 1]", r.min_p);
-  require_config(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true", r.temperature);
+  require_config(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true",
+                 r.temperature);
 }
 
 }  // namespace

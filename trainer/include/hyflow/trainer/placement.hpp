@@ -18,14 +18,6 @@
 
 namespace hyflow::trainer {
 
-/// Workers per node of one resource pool (verl's resource_pool_spec entry).
-struct PoolSpec {
-  std::string name;
-  std::vector<int> workers_per_node;
-  /// Prefix of its workers' names ("rollout_"): tells groups apart in messages.
-  std::string name_prefix;
-};
-
 class Placement {
  public:
   /// Launches the workers of every enabled role (no model is loaded: init_model is a call).
@@ -45,7 +37,7 @@ class Placement {
   Runtime& runtime() { return *runtime_; }
 
  private:
-  std::unique_ptr<Runtime> runtime_;  // first: destroyed after the groups (it owns the launcher)
+  std::unique_ptr<Runtime> runtime_;   // first: destroyed after the groups (it owns the launcher)
   std::optional<WorkerGroup> bundle_;  // the colocated workers of the global pool
   std::map<std::string, WorkerGroup> groups_;
 };

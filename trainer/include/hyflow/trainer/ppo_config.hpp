@@ -147,7 +147,7 @@ struct ClusterSection {
 
 /// The trainer's keys of reward_model (the reward manager) and custom_reward_function.
 struct RewardSection {
-  bool enable = false;  ///< reward_model.enable: a reward model worker scores the rollouts
+  bool enable = false;                   ///< reward_model.enable: a reward model worker scores the rollouts
   std::string reward_manager = "naive";  ///< naive | dapo | batch
   bool overlong_buffer_enable = false;
   int64_t overlong_buffer_len = 0;

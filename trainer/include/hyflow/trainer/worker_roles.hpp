@@ -33,6 +33,18 @@ struct RoleSpec {
   std::function<void(const nlohmann::json& init_args)> check;
 };
 
+/// Workers per node of one resource pool (verl's resource_pool_spec entry).
+struct PoolSpec {
+  std::string name;
+  std::vector<int> workers_per_node;
+  /// Prefix of its workers' names ("rollout_"): tells groups apart in messages.
+  std::string name_prefix;
+};
+
+/// The PPO-family trainer's pools: "global" (trainer.nnodes x trainer.n_gpus_per_node) and
+/// "rollout" (actor_rollout_ref.rollout.nnodes x n_gpus_per_node, for separate_async).
+std::vector<PoolSpec> ppo_pools(const PPOConfig& config);
+
 /// The PPO-family trainer's roles: actor_rollout_ref (always), critic (use_critic), rm
 /// (reward_model.enable) on the global pool and, with trainer.v1 separate_async, rollout on a
 /// pool of its own. Their subtrees are resolved as verl's trainer resolves them: prompt and
