@@ -56,7 +56,7 @@ TEST_CASE("a bad value fails when the config is read, naming the key, before dat
                     Catch::Contains("actor_rollout_ref.rollout.top_p") && Catch::Contains("(0, 1]"));
   CHECK_THROWS_WITH(PPOTrainer(with({missing_model, "--actor_rollout_ref.rollout.name=vllm"}, dir.path)),
                     Catch::Contains("actor_rollout_ref.rollout.name") && Catch::Contains("'vllm'"));
-  CHECK_THROWS_WITH(PPOTrainer(with({missing_model, "--data.train_batch_size=3"}, dir.path)),
+  CHECK_THROWS_WITH(PPOTrainer(with({missing_model, "--trainer.n_gpus_per_node=3"}, dir.path)),
                     Catch::Contains("data.train_batch_size") && Catch::Contains("divisible"));
   CHECK_THROWS_WITH(PPOTrainer(with({missing_model, "--trainer.logger=['console','wandbb']"}, dir.path)),
                     Catch::Contains("trainer.logger") && Catch::Contains("'wandbb'"));
