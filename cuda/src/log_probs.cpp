@@ -3,6 +3,7 @@
 #include "torch_device.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/shape.hpp>
 #include <hyflow/cuda/kernels.hpp>
 
 #include <torch/autograd.h>
@@ -12,12 +13,6 @@
 
 namespace hyflow::cuda {
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + ")";
-}
 
 void check_chunk(int64_t chunk_rows, const char* what) {
   if (chunk_rows <= 0) {

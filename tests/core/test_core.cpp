@@ -1,9 +1,11 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/named_registry.hpp>
+#include <hyflow/core/shape.hpp>
 #include <hyflow/core/suggest.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,21 @@ TEST_CASE("closest_name suggests near names and nothing for far ones") {
   CHECK(did_you_mean("zzz", keys).empty());
   CHECK(join_names({}) == "none");
   CHECK(join_names({"a", "b"}) == "a, b");
+}
+
+namespace {
+/// Stands in for at::Tensor: shape_of only needs sizes().
+struct FakeTensor {
+  std::vector<int64_t> dims;
+  const std::vector<int64_t>& sizes() const { return dims; }
+};
+}  // namespace
+
+TEST_CASE("shape_of writes sizes as (2, 3); one dim is (7), no dims is ()") {
+  CHECK(shape_of(FakeTensor{{2, 3}}) == "(2, 3)");
+  CHECK(shape_of(FakeTensor{{7}}) == "(7)");
+  CHECK(shape_of(FakeTensor{{}}) == "()");
+  CHECK(shape_of(FakeTensor{{4, 0, 5}}) == "(4, 0, 5)");
 }
 
 TEST_CASE("NamedRegistry adds, refuses duplicates and names the registered entries on a miss") {
