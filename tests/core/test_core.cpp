@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,22 @@ TEST_CASE("NamedRegistry adds, refuses duplicates and names the registered entri
   CHECK(r.add_or_get("NEW", 5) == 5);
   r.set("NEW", 6);
   CHECK(r.get("NEW") == 6);
+}
+
+TEST_CASE("NamedRegistry::put adds, replaces only with overwrite, and refuses an empty function") {
+  using Fn = std::function<int()>;
+  const Fn one = [] { return 1; }, two = [] { return 2; };
+  NamedRegistry<Fn> r("reward function");
+  r.put("f", one, /*overwrite=*/false);
+  CHECK_THROWS_WITH(r.put("f", two, false), Contains("reward function 'f' is already registered"));
+  CHECK(r.get("f")() == 1);
+  r.put("f", two, /*overwrite=*/true);
+  CHECK(r.get("f")() == 2);
+  CHECK_THROWS_WITH(r.put("none", nullptr, true), Contains("cannot register an empty reward function as 'none'"));
+  CHECK_FALSE(r.contains("none"));
+  NamedRegistry<int> zeros("execute mode");
+  zeros.put("zero", 0, false);  // 0 is a value, not an empty one
+  CHECK(zeros.get("zero") == 0);
 }
 
 TEST_CASE("NamedRegistry is safe to use from several threads") {
