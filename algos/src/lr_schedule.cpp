@@ -67,6 +67,15 @@ LrLambda get_wsd_schedule_with_warmup(int64_t num_warmup_steps, int64_t num_trai
   };
 }
 
+LrLambda get_lr_schedule(const LrScheduleOptions& options, const std::string& key) {
+  if (options.type == "constant") return get_constant_schedule_with_warmup(options.num_warmup_steps);
+  if (options.type == "cosine") {
+    return get_cosine_schedule_with_warmup(options.num_warmup_steps, options.num_training_steps, options.min_lr_ratio,
+                                           options.num_cycles);
+  }
+  throw ValueError("config key '" + key + "': unknown schedule '" + options.type + "' (constant, cosine)");
+}
+
 LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, LrLambda lr_lambda)
     : optimizer_(optimizer), lr_lambda_(std::move(lr_lambda)) {
   if (!lr_lambda_) throw ValueError("LambdaLR: empty lr_lambda");

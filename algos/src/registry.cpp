@@ -108,11 +108,7 @@ NamedRegistry<PolicyLossFn>& policy_losses() {
 }  // namespace
 
 void register_adv_est(const std::string& name, AdvEstimatorFn fn, bool overwrite) {
-  if (!fn) throw ValueError("register_adv_est: empty function for '" + name + "'");
-  if (overwrite)
-    estimators().set(name, std::move(fn));
-  else
-    estimators().add(name, std::move(fn));
+  estimators().put(name, std::move(fn), overwrite);
 }
 
 AdvEstimatorFn get_adv_estimator_fn(const std::string& name) {
@@ -124,8 +120,7 @@ std::vector<std::string> registered_adv_estimators() {
 }
 
 void register_policy_loss(const std::string& name, PolicyLossFn fn) {
-  if (!fn) throw ValueError("register_policy_loss: empty function for '" + name + "'");
-  policy_losses().set(name, std::move(fn));  // verl's register_policy_loss replaces
+  policy_losses().put(name, std::move(fn), /*overwrite=*/true);  // verl's register_policy_loss replaces
 }
 
 PolicyLossFn get_policy_loss_fn(const std::string& name) {

@@ -75,11 +75,7 @@ ScoreResult default_compute_score(const std::string& data_source, const std::str
 }
 
 void register_compute_score(const std::string& name, ComputeScoreFn fn, bool overwrite) {
-  if (!fn) throw ValueError("register_compute_score: empty function for '" + name + "'");
-  if (overwrite)
-    registry().set(name, std::move(fn));
-  else
-    registry().add(name, std::move(fn));
+  registry().put(name, std::move(fn), overwrite);
 }
 
 ComputeScoreFn get_compute_score(const std::string& name) {

@@ -1,6 +1,7 @@
 #include <hyflow/cuda/linear.hpp>
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/shape.hpp>
 
 #include <ATen/Context.h>
 #include <torch/torch.h>
@@ -9,12 +10,6 @@
 
 namespace hyflow::cuda {
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + ")";
-}
 
 // `t` (when defined) can enter oneDNN: float32 on the CPU; `what` names the caller.
 void check_float_cpu(const char* what, const char* name, const at::Tensor& t) {

@@ -3,6 +3,7 @@
 #include "torch_device.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/shape.hpp>
 #include <hyflow/cuda/kernels.hpp>
 
 #include <torch/autograd.h>
@@ -12,12 +13,6 @@
 
 namespace hyflow::cuda {
 namespace {
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + ")";
-}
 
 void check_chunk(int64_t chunk_rows, const char* what) {
   if (chunk_rows <= 0) {
@@ -72,46 +67,27 @@ at::Tensor reference_entropy(const at::Tensor& logits, int64_t chunk_rows, doubl
 
 // --- the fused kernel ------------------------------------------------------------------------
 
-bool kernel_dtype(const at::Tensor& t) {
-  const auto s = t.scalar_type();
-  return s == at::kFloat || s == at::kBFloat16 || s == at::kHalf;
-}
-
 // logits (N, V) contiguous, labels (N,) int64 contiguous, on the same device.
 std::vector<at::Tensor> run_forward(const at::Tensor& logits, const at::Tensor& labels, double temperature) {
   const auto f32 = logits.options().dtype(at::kFloat);
   const int64_t rows = logits.size(0);
   auto log_probs = at::empty({rows}, f32), entropy = at::empty({rows}, f32);
   auto lse = at::empty({rows}, f32), mean = at::empty({rows}, f32);
-  kernels::ScoresForward a;
-  a.logits = logits.data_ptr();
-  a.dtype = detail::kernel_dtype_of(logits);
-  a.rows = rows;
-  a.vocab = logits.size(1);
-  a.row_stride = logits.size(1);
+  auto a = detail::logits_args<kernels::ScoresForward>(logits);
   a.labels = labels.data_ptr<int64_t>();
   a.temperature = static_cast<float>(temperature);
   a.log_probs = log_probs.data_ptr<float>();
   a.entropy = entropy.data_ptr<float>();
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
-  if (logits.is_cuda()) {
-    detail::with_tensor_stream(logits, [&](void* stream) { kernels::device::scores_forward(a, stream); });
-  } else {
-    kernels::host::scores_forward(a);
-  }
+  detail::launch(logits, a, kernels::host::scores_forward, kernels::device::scores_forward);
   return {log_probs, entropy, lse, mean};
 }
 
 at::Tensor run_backward(const at::Tensor& logits, const at::Tensor& labels, double temperature, const at::Tensor& g_lp,
                         const at::Tensor& g_ent, const at::Tensor& lse, const at::Tensor& mean) {
   auto grad = at::empty_like(logits, at::MemoryFormat::Contiguous);
-  kernels::ScoresBackward a;
-  a.logits = logits.data_ptr();
-  a.dtype = detail::kernel_dtype_of(logits);
-  a.rows = logits.size(0);
-  a.vocab = logits.size(1);
-  a.row_stride = logits.size(1);
+  auto a = detail::logits_args<kernels::ScoresBackward>(logits);
   a.labels = labels.data_ptr<int64_t>();
   a.temperature = static_cast<float>(temperature);
   at::Tensor glp, gent;
@@ -120,11 +96,7 @@ at::Tensor run_backward(const at::Tensor& logits, const at::Tensor& labels, doub
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
   a.grad_logits = grad.data_ptr();
-  if (logits.is_cuda()) {
-    detail::with_tensor_stream(logits, [&](void* stream) { kernels::device::scores_backward(a, stream); });
-  } else {
-    kernels::host::scores_backward(a);
-  }
+  detail::launch(logits, a, kernels::host::scores_backward, kernels::device::scores_backward);
   return grad;
 }
 
@@ -176,7 +148,7 @@ void check_temperature(double t) {
 at::Tensor log_probs_from_logits(const at::Tensor& logits, const at::Tensor& labels, int64_t chunk_rows) {
   check_chunk(chunk_rows, "log_probs_from_logits");
   check_labels_shape(logits, labels, "log_probs_from_logits");
-  if (uses_kernels(Impl::by_device, logits.device()) && kernel_dtype(logits)) {
+  if (uses_kernels(Impl::by_device, logits.device()) && detail::is_kernel_dtype(logits)) {
     return kernel_scores(logits, labels, 1.0).log_probs;
   }
   return reference_log_probs(logits, labels, chunk_rows, 1.0);
@@ -184,7 +156,7 @@ at::Tensor log_probs_from_logits(const at::Tensor& logits, const at::Tensor& lab
 
 at::Tensor entropy_from_logits(const at::Tensor& logits) {
   if (logits.dim() < 1) throw ShapeError("entropy_from_logits: logits must have a vocab dim");
-  if (uses_kernels(Impl::by_device, logits.device()) && kernel_dtype(logits)) {
+  if (uses_kernels(Impl::by_device, logits.device()) && detail::is_kernel_dtype(logits)) {
     auto labels = at::zeros(logits.sizes().slice(0, logits.dim() - 1), logits.options().dtype(at::kLong));
     return kernel_scores(logits, labels, 1.0).entropy;
   }
@@ -194,7 +166,8 @@ at::Tensor entropy_from_logits(const at::Tensor& logits) {
 at::Tensor entropy_from_logits_chunked(const at::Tensor& logits, int64_t chunk_rows) {
   check_chunk(chunk_rows, "entropy_from_logits_chunked");
   if (logits.dim() < 1) throw ShapeError("entropy_from_logits_chunked: logits must have a vocab dim");
-  if (uses_kernels(Impl::by_device, logits.device()) && kernel_dtype(logits)) return entropy_from_logits(logits);
+  if (uses_kernels(Impl::by_device, logits.device()) && detail::is_kernel_dtype(logits))
+    return entropy_from_logits(logits);
   return reference_entropy(logits, chunk_rows, 1.0);
 }
 
@@ -203,7 +176,7 @@ TokenScores log_probs_and_entropy(const at::Tensor& logits, const at::Tensor& la
   check_temperature(options.temperature);
   check_chunk(options.chunk_rows, "log_probs_and_entropy");
   const bool kernel = uses_kernels(options.impl, logits.device());
-  if (kernel && !kernel_dtype(logits)) {
+  if (kernel && !detail::is_kernel_dtype(logits)) {
     if (options.impl == Impl::kernel) {
       throw ValueError("log_probs_and_entropy: the kernel takes float32, bfloat16 or float16 logits, got " +
                        std::string(c10::toString(logits.scalar_type())));

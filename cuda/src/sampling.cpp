@@ -182,18 +182,10 @@ at::Tensor reference_seeded(const at::Tensor& logits, const Resolved& r, uint64_
 
 at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t seed, uint64_t step,
                          const at::Tensor& row_ids, const at::Tensor& steps) {
-  auto x = logits;
-  const auto type = x.scalar_type();
-  if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) x = x.to(at::kFloat);
-  x = x.contiguous();
+  const auto x = (detail::is_kernel_dtype(logits) ? logits : logits.to(at::kFloat)).contiguous();
   at::Tensor ids;
   auto tokens = at::empty({x.size(0)}, x.options().dtype(at::kLong));
-  kernels::SampleArgs a;
-  a.logits = x.data_ptr();
-  a.dtype = detail::kernel_dtype_of(x);
-  a.rows = x.size(0);
-  a.vocab = x.size(1);
-  a.row_stride = x.size(1);
+  auto a = detail::logits_args<kernels::SampleArgs>(x);
   a.temperature = r.temperature.data_ptr<float>();
   a.top_k = r.top_k.data_ptr<int64_t>();
   a.top_p = r.top_p.data_ptr<float>();
@@ -210,11 +202,7 @@ at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t s
     a.steps = row_steps.data_ptr<int64_t>();
   }
   a.tokens = tokens.data_ptr<int64_t>();
-  if (x.is_cuda()) {
-    detail::with_tensor_stream(x, [&](void* stream) { kernels::device::sample(a, stream); });
-  } else {
-    kernels::host::sample(a);
-  }
+  detail::launch(x, a, kernels::host::sample, kernels::device::sample);
   return tokens;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The adapter's one seam to LibTorch's CUDA side (implemented in torch_device.cpp, the only
 // file that includes c10/cuda headers, and only when HYFLOW_TORCH_CUDA is set), and what the
-// log-prob and sampling adapters share.
+// log-prob and sampling adapters share: the kernels' dtypes, their common arguments and the
+// one host/device launch branch.
 
 #include <hyflow/cuda/kernels.hpp>
 
@@ -15,6 +16,12 @@ namespace hyflow::cuda::detail {
 /// cudaStream_t). Throws hyflow::Error in builds without a CUDA LibTorch.
 void with_tensor_stream(const at::Tensor& tensor, const std::function<void(void* stream)>& launch);
 
+/// True when the kernels read `t`'s dtype as it is: float32, bfloat16 or float16.
+inline bool is_kernel_dtype(const at::Tensor& t) {
+  const auto type = t.scalar_type();
+  return type == at::kFloat || type == at::kBFloat16 || type == at::kHalf;
+}
+
 /// The kernels' dtype of a logits tensor (bf16, f16; float32 for everything else).
 inline kernels::DType kernel_dtype_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -24,6 +31,31 @@ inline kernels::DType kernel_dtype_of(const at::Tensor& t) {
       return kernels::DType::f16;
     default:
       return kernels::DType::f32;
+  }
+}
+
+/// A kernel's arguments (ScoresForward, ScoresBackward, SampleArgs) with the fields they all
+/// share set from `logits`: (rows, vocab), contiguous, of a kernel dtype.
+template <class Args>
+Args logits_args(const at::Tensor& logits) {
+  Args args;
+  args.logits = logits.data_ptr();
+  args.dtype = kernel_dtype_of(logits);
+  args.rows = logits.size(0);
+  args.vocab = logits.size(1);
+  args.row_stride = logits.size(1);
+  return args;
+}
+
+/// Runs a token kernel where `tensor` lives: `device` (the nvcc build) on the tensor's current
+/// CUDA stream for a CUDA tensor, `host` (the host build, default block size) for any other.
+template <class Args>
+void launch(const at::Tensor& tensor, const Args& args, void (*host)(const Args&, int),
+            void (*device)(const Args&, void*)) {
+  if (tensor.is_cuda()) {
+    with_tensor_stream(tensor, [&](void* stream) { device(args, stream); });
+  } else {
+    host(args, kernels::kDefaultBlockThreads);
   }
 }
 

@@ -1,4 +1,3 @@
-#include <hyflow/algos/lr_schedule.hpp>
 #include <hyflow/core/error.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 
@@ -47,7 +46,13 @@ std::string parameter_digest(const std::vector<at::Tensor>& parameters) {
 DataParallelOptimizer::DataParallelOptimizer(std::vector<at::Tensor> parameters, const OptimConfig& config,
                                              std::shared_ptr<ProcessGroup> group, const std::string& path)
     : parameters_(std::move(parameters)), config_(config), group_(std::move(group)) {
-  warmup_steps_ = config_.resolved_warmup_steps(path + ".lr_warmup_steps_ratio");
+  schedule_ = algos::core_algos::get_lr_schedule(
+      {.type = config_.lr_scheduler_type,
+       .num_warmup_steps = config_.resolved_warmup_steps(path + ".lr_warmup_steps_ratio"),
+       .num_training_steps = config_.total_training_steps,
+       .min_lr_ratio = config_.min_lr_ratio,
+       .num_cycles = config_.num_cycles},
+      path + ".lr_scheduler_type");
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       parameters_, torch::optim::AdamWOptions(config_.lr)
                        .betas({config_.betas[0], config_.betas[1]})
@@ -59,14 +64,9 @@ DataParallelOptimizer::DataParallelOptimizer(std::vector<at::Tensor> parameters,
 DataParallelOptimizer::~DataParallelOptimizer() = default;
 
 void DataParallelOptimizer::reset_schedule(int64_t steps) {
-  algos::core_algos::LrLambda lambda =
-      config_.lr_scheduler_type == "cosine"
-          ? algos::core_algos::get_cosine_schedule_with_warmup(warmup_steps_, config_.total_training_steps,
-                                                        config_.min_lr_ratio, config_.num_cycles)
-          : algos::core_algos::get_constant_schedule_with_warmup(warmup_steps_);
   scheduler_.reset();
   for (auto& g : optimizer_->param_groups()) g.options().set_lr(config_.lr);
-  scheduler_ = std::make_unique<algos::core_algos::LambdaLR>(*optimizer_, std::move(lambda));
+  scheduler_ = std::make_unique<algos::core_algos::LambdaLR>(*optimizer_, schedule_);
   for (int64_t i = 0; i < steps; ++i) scheduler_->step();
   scheduler_steps_ = steps;
 }

@@ -1,6 +1,7 @@
 #include <hyflow/parallel/process_group.hpp>
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/shape.hpp>
 #include <hyflow/parallel/peer_liveness.hpp>
 
 #ifndef USE_C10D_GLOO
@@ -78,12 +79,6 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
       return c10d::ReduceOp::MAX;
   }
   throw ValueError("unknown ReduceOp");
-}
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + ")";
 }
 
 // output (world * n, ...) for input (n, ...), or the other way round for reduce_scatter.

@@ -126,6 +126,21 @@ TEST_CASE("WSD schedule: warmup, stable at 1, cosine decay, then min_lr_ratio") 
   REQUIRE(f(50) == 0.1);
 }
 
+TEST_CASE("get_lr_schedule picks constant or cosine by name and names the key of an unknown one") {
+  auto constant = get_lr_schedule({.type = "constant", .num_warmup_steps = 4}, "optim.lr_scheduler_type");
+  auto cosine = get_lr_schedule(
+      {.type = "cosine", .num_warmup_steps = 2, .num_training_steps = 10, .min_lr_ratio = 0.1, .num_cycles = 0.5},
+      "optim.lr_scheduler_type");
+  auto cosine_direct = get_cosine_schedule_with_warmup(2, 10, 0.1, 0.5);
+  for (int64_t step = 0; step < 16; ++step) {
+    REQUIRE(constant(step) == get_constant_schedule_with_warmup(4)(step));
+    REQUIRE(cosine(step) == cosine_direct(step));
+  }
+  REQUIRE_THROWS_WITH(get_lr_schedule({.type = "linear"}, "critic.optim.lr_scheduler_type"),
+                      Catch::Contains("config key 'critic.optim.lr_scheduler_type': unknown schedule 'linear'") &&
+                          Catch::Contains("constant, cosine"));
+}
+
 TEST_CASE("LambdaLR scales every param group's base lr by the schedule") {
   auto w = torch::zeros({1}, torch::requires_grad());
   torch::optim::SGD sgd({w}, torch::optim::SGDOptions(0.1));

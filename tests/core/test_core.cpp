@@ -1,9 +1,12 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/named_registry.hpp>
+#include <hyflow/core/shape.hpp>
 #include <hyflow/core/suggest.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -29,6 +32,21 @@ TEST_CASE("closest_name suggests near names and nothing for far ones") {
   CHECK(join_names({"a", "b"}) == "a, b");
 }
 
+namespace {
+/// Stands in for at::Tensor: shape_of only needs sizes().
+struct FakeTensor {
+  std::vector<int64_t> dims;
+  const std::vector<int64_t>& sizes() const { return dims; }
+};
+}  // namespace
+
+TEST_CASE("shape_of writes sizes as (2, 3); one dim is (7), no dims is ()") {
+  CHECK(shape_of(FakeTensor{{2, 3}}) == "(2, 3)");
+  CHECK(shape_of(FakeTensor{{7}}) == "(7)");
+  CHECK(shape_of(FakeTensor{{}}) == "()");
+  CHECK(shape_of(FakeTensor{{4, 0, 5}}) == "(4, 0, 5)");
+}
+
 TEST_CASE("NamedRegistry adds, refuses duplicates and names the registered entries on a miss") {
   NamedRegistry<int> r("dispatch mode", {{"ONE_TO_ALL", 1}});
   r.add("DP_COMPUTE_PROTO", 2);
@@ -47,6 +65,22 @@ TEST_CASE("NamedRegistry adds, refuses duplicates and names the registered entri
   CHECK(r.add_or_get("NEW", 5) == 5);
   r.set("NEW", 6);
   CHECK(r.get("NEW") == 6);
+}
+
+TEST_CASE("NamedRegistry::put adds, replaces only with overwrite, and refuses an empty function") {
+  using Fn = std::function<int()>;
+  const Fn one = [] { return 1; }, two = [] { return 2; };
+  NamedRegistry<Fn> r("reward function");
+  r.put("f", one, /*overwrite=*/false);
+  CHECK_THROWS_WITH(r.put("f", two, false), Contains("reward function 'f' is already registered"));
+  CHECK(r.get("f")() == 1);
+  r.put("f", two, /*overwrite=*/true);
+  CHECK(r.get("f")() == 2);
+  CHECK_THROWS_WITH(r.put("none", nullptr, true), Contains("cannot register an empty reward function as 'none'"));
+  CHECK_FALSE(r.contains("none"));
+  NamedRegistry<int> zeros("execute mode");
+  zeros.put("zero", 0, false);  // 0 is a value, not an empty one
+  CHECK(zeros.get("zero") == 0);
 }
 
 TEST_CASE("NamedRegistry is safe to use from several threads") {

@@ -47,6 +47,17 @@ struct Logits {
     std::memcpy(b.data(), typed.data_ptr(), b.size());
     return b;
   }
+  /// A kernel's arguments with the fields every kernel shares: these logits, copied to `at`.
+  template <class Args>
+  Args args(const void* at) const {
+    Args a;
+    a.logits = at;
+    a.dtype = dtype;
+    a.rows = rows();
+    a.vocab = vocab();
+    a.row_stride = vocab();
+    return a;
+  }
 };
 
 struct Scores {
@@ -58,12 +69,7 @@ Scores forward(const Logits& x, const std::vector<int64_t>& labels, float temper
   Buffer<unsigned char> logits(x.bytes());
   Buffer<int64_t> label_buf(labels);
   Buffer<float> lp(rows), ent(rows), lse(rows), mean(rows);
-  kernels::ScoresForward a;
-  a.logits = logits.get();
-  a.dtype = x.dtype;
-  a.rows = x.rows();
-  a.vocab = x.vocab();
-  a.row_stride = x.vocab();
+  auto a = x.args<kernels::ScoresForward>(logits.get());
   a.labels = label_buf.get();
   a.temperature = temperature;
   a.log_probs = lp.get();
@@ -82,12 +88,7 @@ at::Tensor backward(const Logits& x, const std::vector<int64_t>& labels, const s
   Buffer<int64_t> label_buf(labels);
   Buffer<float> glp(g_lp), gent(g_ent), lse(s.lse), mean(s.mean);
   Buffer<unsigned char> grad(x.bytes().size());
-  kernels::ScoresBackward a;
-  a.logits = logits.get();
-  a.dtype = x.dtype;
-  a.rows = x.rows();
-  a.vocab = x.vocab();
-  a.row_stride = x.vocab();
+  auto a = x.args<kernels::ScoresBackward>(logits.get());
   a.labels = label_buf.get();
   a.temperature = temperature;
   a.grad_log_probs = glp.get();
@@ -138,12 +139,7 @@ std::vector<int64_t> sample_rows(const Logits& x, const Draw& d) {
   Buffer<unsigned char> logits(x.bytes());
   Buffer<int64_t> ids(d.row_ids);
   Buffer<int64_t> tokens(static_cast<size_t>(x.rows()));
-  kernels::SampleArgs a;
-  a.logits = logits.get();
-  a.dtype = x.dtype;
-  a.rows = x.rows();
-  a.vocab = x.vocab();
-  a.row_stride = x.vocab();
+  auto a = x.args<kernels::SampleArgs>(logits.get());
   a.temperature_all = d.temperature;
   a.top_k_all = d.top_k;
   a.top_p_all = d.top_p;

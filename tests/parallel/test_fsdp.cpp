@@ -469,3 +469,21 @@ TEST_CASE("fsdp_size must divide the world size") {
   CHECK_THROWS_WITH(parse_dtype("fp8", "fsdp_config.mixed_precision.param_dtype"),
                     Catch::Contains("param_dtype") && Catch::Contains("fp8"));
 }
+
+TEST_CASE("the optimizers take algos' schedule by name: cosine warms up and decays, another name fails with its key") {
+  auto w = torch::zeros({2}, torch::requires_grad());
+  OptimConfig o = optim();
+  o.lr_scheduler_type = "cosine";
+  o.lr_warmup_steps = 2;
+  o.total_training_steps = 10;
+  o.min_lr_ratio = 0.1;
+  DataParallelOptimizer opt({w}, o, nullptr, "actor.optim");
+  const auto expected = algos::core_algos::get_cosine_schedule_with_warmup(2, 10, 0.1, 0.5);
+  for (int64_t step = 0; step < 12; ++step) {
+    CHECK(opt.lr() == o.lr * expected(step));
+    opt.scheduler_step();
+  }
+  o.lr_scheduler_type = "linear";
+  CHECK_THROWS_WITH(DataParallelOptimizer({w}, o, nullptr, "actor.optim"),
+                    Catch::Contains("'actor.optim.lr_scheduler_type'") && Catch::Contains("'linear'"));
+}

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace torch::optim {
@@ -31,6 +32,22 @@ LrLambda get_cosine_schedule_with_warmup(int64_t num_warmup_steps, int64_t num_t
 LrLambda get_wsd_schedule_with_warmup(int64_t num_warmup_steps, int64_t num_training_steps,
                                       double min_lr_ratio = 0.0, double num_cycles = 0.5,
                                       double stable_ratio = 0.9);
+
+/// A schedule as configs choose it: verl's actor and critic `optim.lr_scheduler_type`, the SFT
+/// trainer's `optim.lr_scheduler`.
+struct LrScheduleOptions {
+  std::string type = "constant";  ///< constant | cosine
+  int64_t num_warmup_steps = 0;
+  int64_t num_training_steps = -1;  ///< cosine
+  double min_lr_ratio = 0.0;        ///< cosine
+  double num_cycles = 0.5;          ///< cosine
+};
+
+/// The schedule `options.type` names: get_constant_schedule_with_warmup(num_warmup_steps) or
+/// get_cosine_schedule_with_warmup(num_warmup_steps, num_training_steps, min_lr_ratio,
+/// num_cycles). Another type: hyflow::ValueError naming `key` (the config key that chose it)
+/// and the known types.
+LrLambda get_lr_schedule(const LrScheduleOptions& options, const std::string& key);
 
 /// lr_group = base_lr_group · lambda(step). Construction applies step 0 (like PyTorch);
 /// step() advances by one.

@@ -37,6 +37,18 @@ class NamedRegistry {
     std::lock_guard lock(mutex_);
     entries_.insert_or_assign(name, std::move(value));
   }
+  /// What the public register_* functions do: `overwrite` adds or replaces, otherwise adds
+  /// (ValueError when the name is taken). An empty value (a null std::function or pointer) is a
+  /// ValueError naming the entry.
+  void put(const std::string& name, T value, bool overwrite) {
+    if constexpr (requires { value == nullptr; }) {
+      if (value == nullptr) throw ValueError("cannot register an empty " + what_ + " as '" + name + "'");
+    }
+    if (overwrite)
+      set(name, std::move(value));
+    else
+      add(name, std::move(value));
+  }
   /// Adds `value` unless the name is taken; returns the entry now registered under it.
   T add_or_get(const std::string& name, T value) {
     std::lock_guard lock(mutex_);

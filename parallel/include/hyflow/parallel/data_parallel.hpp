@@ -4,6 +4,7 @@
 // and digests, and the RNG state of a worker checkpoint. Sharded (FSDP) training plugs in
 // here: a sharded optimizer implements the same zero_grad / step / save / load.
 
+#include <hyflow/algos/lr_schedule.hpp>
 #include <hyflow/parallel/optim_config.hpp>
 #include <hyflow/parallel/optimizer.hpp>
 #include <hyflow/parallel/process_group.hpp>
@@ -18,10 +19,6 @@
 
 namespace torch::optim {
 class AdamW;
-}
-
-namespace hyflow::algos::core_algos {
-class LambdaLR;
 }
 
 namespace hyflow::parallel {
@@ -86,9 +83,9 @@ class DataParallelOptimizer : public Optimizer {
   OptimConfig config_;
   std::shared_ptr<ProcessGroup> group_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  algos::core_algos::LrLambda schedule_;
   std::unique_ptr<algos::core_algos::LambdaLR> scheduler_;
   int64_t scheduler_steps_ = 0;
-  int64_t warmup_steps_ = 0;
 };
 
 /// Saves / restores the torch default CPU generator and `extra` (e.g. the rollout sampling
