@@ -17,8 +17,7 @@ NamedRegistry<RolloutFactory>& backends() {
 
 void register_rollout_backend(const std::string& name, RolloutFactory factory) {
   if (name.empty()) throw ValueError("register_rollout_backend: the name is empty");
-  if (!factory) throw ValueError("register_rollout_backend: the factory of '" + name + "' is empty");
-  backends().set(name, std::move(factory));
+  backends().put(name, std::move(factory), /*overwrite=*/true);
 }
 
 bool has_rollout_backend(const std::string& name) {

@@ -35,10 +35,7 @@ void strip_suffix(std::string& s, const std::string& suffix) {
 }  // namespace
 
 void register_batch_compute_score(const std::string& name, BatchComputeScoreFn fn, bool overwrite) {
-  if (overwrite)
-    batch_registry().set(name, std::move(fn));
-  else
-    batch_registry().add(name, std::move(fn));
+  batch_registry().put(name, std::move(fn), overwrite);
 }
 
 BatchComputeScoreFn get_batch_compute_score(const std::string& name) {
