@@ -7,6 +7,7 @@
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
+#include <hyflow/tracking/tracker_registry.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/workers/register.hpp>
 
@@ -34,6 +35,7 @@ int main() {
   check(hyflow::cuda::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
   hyflow::models::CharTokenizer tokenizer;
   check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
+  check(hyflow::tracking::has_tracker("jsonl"), "tracking has_tracker");
   hyflow::workers::register_workers();
   hyflow::trainer::Config config;
   check(config.get_int("data.train_batch_size") > 0, "trainer Config");
