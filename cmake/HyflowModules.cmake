@@ -5,7 +5,7 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models rollout workers trainer apps)
+set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models rollout workers tracking trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_dataproto core)
@@ -17,7 +17,8 @@ set(HYFLOW_MODULE_DEPS_models cuda dataproto)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
 set(HYFLOW_MODULE_DEPS_rollout models)
 set(HYFLOW_MODULE_DEPS_workers actors rollout models algos parallel)
-set(HYFLOW_MODULE_DEPS_trainer workers algos cluster)
+set(HYFLOW_MODULE_DEPS_tracking core)
+set(HYFLOW_MODULE_DEPS_trainer workers algos cluster tracking)
 set(HYFLOW_MODULE_DEPS_apps trainer cluster)
 
 # Packages per module, as find_package()/find_dependency() arguments with "|" for spaces.

@@ -1,7 +1,9 @@
 # cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -P check_install.cmake
-# Installs the build into a scratch prefix, then configures, builds and runs two projects
-# outside the tree: consumer/ links every exported target (find_package(hyflow)), and
-# consumer_dataproto/ asks for the dataproto component with CAF and Boost unfindable.
+# Installs the build into a scratch prefix, then configures, builds and runs the projects outside
+# the tree whose modules the build has: consumer/ links every exported target
+# (find_package(hyflow)), consumer_dataproto/ asks for the dataproto component with CAF and Boost
+# unfindable, consumer_tracking/ for the tracking component with LibTorch, CAF and Boost
+# unfindable.
 function(run what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -27,7 +29,13 @@ run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${pref
 if(NOT EXISTS "${prefix}/lib/cmake/hyflow/hyflowConfig.cmake")
   message(FATAL_ERROR "install test: hyflowConfig.cmake was not installed under ${prefix}/lib/cmake/hyflow")
 endif()
-consume(consumer_dataproto -DCMAKE_DISABLE_FIND_PACKAGE_CAF=ON -DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON)
+if(EXISTS "${prefix}/lib/cmake/hyflow/hyflow_dataprotoTargets.cmake")
+  consume(consumer_dataproto -DCMAKE_DISABLE_FIND_PACKAGE_CAF=ON -DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON)
+endif()
+if(EXISTS "${prefix}/lib/cmake/hyflow/hyflow_trackingTargets.cmake")
+  consume(consumer_tracking -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON -DCMAKE_DISABLE_FIND_PACKAGE_CAF=ON
+          -DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON)
+endif()
 if(EXISTS "${prefix}/lib/cmake/hyflow/hyflow_trainerTargets.cmake")
   consume(consumer)
 endif()

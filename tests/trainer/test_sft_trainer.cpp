@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 using namespace hyflow;
@@ -43,4 +44,26 @@ TEST_CASE("SFT config errors name the key") {
   d.set("optim.lr_scheduler", "wsd2");
   d.set("data.synthetic.train_size", "512");
   CHECK_THROWS_WITH(run_sft(d), Catch::Contains("optim.lr_scheduler"));
+}
+
+TEST_CASE("SFT logs through trainer.logger: the jsonl file holds the history, its config beside it") {
+  const fs::path out = fs::temp_directory_path() / ("hyflow_sft_logger_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  Config c(ConfigSchema::sft);
+  c.apply_arguments({"--data.max_length=12", "--data.train_batch_size=8", "--data.micro_batch_size_per_gpu=8",
+                     "--data.synthetic.train_size=32", "--data.synthetic.val_size=4", "--model.tiny.hidden_size=16",
+                     "--model.tiny.intermediate_size=32", "--trainer.total_training_steps=3",
+                     "--trainer.default_local_dir=" + out.string(), "--trainer.logger=file"});
+  const SFTResult r = run_sft(c);
+  std::ifstream in(out / "sft_metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  CHECK(lines == r.history);
+  CHECK(nlohmann::json::parse(std::ifstream(out / "sft_metrics.config.json")) == c.tree());
+  fs::remove_all(out);
+
+  Config d(ConfigSchema::sft);
+  d.set("trainer.logger", "console,wandb");
+  d.set("data.synthetic.train_size", "512");
+  CHECK_THROWS_WITH(run_sft(d), Catch::Contains("unknown tracker 'wandb' in trainer.logger"));
 }

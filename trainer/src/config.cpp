@@ -77,7 +77,12 @@ std::vector<ConfigKey> make_sft_keys() {
       key("trainer.default_local_dir", T::string, "checkpoints/sft", "output model directory"),
       key("trainer.seed", T::integer, 1, "shuffle seed"),
       at_least(-1, "trainer.test_freq", -1, "validation loss every N steps (-1: at the end)"),
-      key("trainer.metrics_file", T::string, kNull, "JSONL metrics", true),
+      key("trainer.project_name", T::string, "hyflow", "project (given to the trackers)"),
+      key("trainer.experiment_name", T::string, "sft", "experiment (given to the trackers)"),
+      key("trainer.logger", T::list, Json::array({"console", "jsonl"}),
+          "trackers: console | jsonl (verl: file) | a registered one (docs/tracking.md)"),
+      key("trainer.metrics_file", T::string, kNull,
+          "the jsonl tracker's file (null: {default_local_dir}/sft_metrics.jsonl)", true),
   };
   return k;
 }

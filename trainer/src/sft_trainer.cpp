@@ -7,11 +7,10 @@
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/algos/lr_schedule.hpp>
 #include <hyflow/algos/reward_score.hpp>
+#include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <iomanip>
 #include <iostream>
 
 namespace hyflow::trainer {
@@ -151,7 +150,13 @@ SFTResult run_sft(const Config& c) {
   const std::string metrics_file =
       c.is_null("trainer.metrics_file") ? out_dir + "/sft_metrics.jsonl" : c.get_string("trainer.metrics_file");
   std::filesystem::create_directories(out_dir);
-  std::ofstream metrics_out(metrics_file, std::ios::app);
+  tracking::Tracking tracking(tracking::logger_backends(c.get("trainer.logger")),
+                              tracking::RunInfo{.project_name = c.get_string("trainer.project_name"),
+                                                .experiment_name = c.get_string("trainer.experiment_name"),
+                                                .local_dir = out_dir,
+                                                .metrics_file = metrics_file,
+                                                .total_steps = total});
+  tracking.log_config(c.tree());
 
   SFTResult result;
   int64_t step = 0;
@@ -180,14 +185,11 @@ SFTResult run_sft(const Config& c) {
         m["val/loss"] = eval_loss(model, val, micro);
         result.final_val_loss = m["val/loss"].get<double>();
       }
-      metrics_out << m.dump() << "\n";
-      if (step % 10 == 0 || step == total || m.contains("val/loss"))
-        std::cout << "sft step " << step << "/" << total << std::fixed << std::setprecision(4) << " loss " << loss_sum
-                  << (m.contains("val/loss") ? " val/loss " + std::to_string(m["val/loss"].get<double>()) : "")
-                  << std::endl;
+      tracking.log(m, step);
       result.history.push_back(std::move(m));
     }
   }
+  tracking.close();
   model->eval();
   result.val_exact_match = greedy_accuracy(model, *tok, val_rows, max_length / 2);
   std::cout << "sft: greedy accuracy on " << val_rows.size() << " validation prompts: " << result.val_exact_match

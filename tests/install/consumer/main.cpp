@@ -8,6 +8,7 @@
 #include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
 #include <hyflow/rollout/rollout_registry.hpp>
+#include <hyflow/tracking/tracker_registry.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/workers/register.hpp>
 
@@ -36,6 +37,7 @@ int main() {
   hyflow::models::CharTokenizer tokenizer;
   check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
   check(hyflow::rollout::has_rollout_backend("hf"), "rollout has_rollout_backend");
+  check(hyflow::tracking::has_tracker("jsonl"), "tracking has_tracker");
   hyflow::workers::register_workers();
   hyflow::trainer::Config config;
   check(config.get_int("data.train_batch_size") > 0, "trainer Config");

@@ -19,7 +19,8 @@ struct SFTResult {
   double val_exact_match = 0.0;  ///< greedy answers equal to the reference response
 };
 
-/// Trains and writes the model to trainer.default_local_dir.
+/// Trains and writes the model to trainer.default_local_dir, logging the config and every step
+/// through the trackers of trainer.logger (hyflow/tracking/tracking.hpp).
 SFTResult run_sft(const Config& config);
 
 /// main() of hyflow-sft.
