@@ -24,15 +24,19 @@ std::vector<std::string> logger_backends(const nlohmann::json& trainer_logger) {
   return names;
 }
 
-Tracking::Tracking(const std::vector<std::string>& backends, const RunInfo& run) : backends_(backends) {
+void check_backends(const std::vector<std::string>& backends) {
   std::map<std::string, std::string> listed;  // tracker -> the name it was listed as
-  for (const auto& name : backends_) {
+  for (const auto& name : backends) {
     const std::string tracker = detail::resolve_tracker(name);
     const auto [it, fresh] = listed.emplace(tracker, name);
     if (!fresh)
       throw ValueError("tracker '" + name + "' is listed twice in trainer.logger" +
                        (it->second == name ? std::string() : " (as '" + it->second + "' and '" + name + "')"));
   }
+}
+
+Tracking::Tracking(const std::vector<std::string>& backends, const RunInfo& run) : backends_(backends) {
+  check_backends(backends_);
   for (const auto& name : backends_) trackers_.push_back(make_tracker(name, run));
 }
 

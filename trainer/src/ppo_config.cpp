@@ -5,6 +5,7 @@
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/core/config_section.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/worker_roles.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -199,7 +200,9 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
          {.help = "reorder rows so data-parallel ranks get equal workloads (Karmarkar-Karp)"});
   s.read("project_name", t.project_name, {.help = "project"});
   s.read("experiment_name", t.experiment_name, {.help = "experiment"});
-  s.read("logger", t.logger, {.help = "trackers, a list (verl's syntax: ['console','jsonl']): console | jsonl | file"});
+  s.read(
+      "logger", t.logger,
+      {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file (docs/tracking.md)"});
   s.read("nnodes", t.nnodes, {.help = "nodes", .minimum = 1});
   s.read("n_gpus_per_node", t.n_gpus_per_node, {.help = "workers per node", .minimum = 1});
   s.read("save_freq", t.save_freq, {.help = "save every N steps (-1: never)", .minimum = -1});
@@ -231,6 +234,7 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
                    "a global_step_N folder", *t.resume_from_path);
   }
   require_one_of(t.device, {"cpu", "cuda", "auto"}, s.key_path("device"), t.device);
+  tracking::check_backends(t.logger);  // its messages name trainer.logger
 }
 
 void read_cluster(Section s, ClusterSection& c) {

@@ -1,5 +1,5 @@
 #pragma once
-// Trainer-internal helpers: phase timing, sequence balancing, rollout metrics and the progress line.
+// Trainer-internal helpers: phase timing, sequence balancing and rollout metrics.
 
 #include <hyflow/dataproto/data_proto.hpp>
 
@@ -41,7 +41,5 @@ nlohmann::json rollout_probs_diff_metrics(const DataProto& batch);
 /// (verl's sharding manager timing) added to timing_s/reshard, reshard_peak_extra_bytes as the
 /// largest perf/reshard_peak_extra_bytes of the step.
 void record_rollout_handoff(const nlohmann::json& gen_meta_info, nlohmann::json& metrics);
-/// "step 3/40 [====      ] score 0.41 acc 0.38 | 2.1 s/step".
-std::string format_progress(const nlohmann::json& metrics, int64_t step, int64_t total);
 
 }  // namespace hyflow::trainer

@@ -19,6 +19,11 @@ namespace hyflow::tracking {
 /// trainer.logger for anything else.
 std::vector<std::string> logger_backends(const nlohmann::json& trainer_logger);
 
+/// The checks of Tracking's constructor, without creating a tracker: KeyError for an unknown
+/// name, ValueError for a tracker listed twice (an alias included). Trainers run it when they
+/// read their config, before anything is launched.
+void check_backends(const std::vector<std::string>& backends);
+
 class Tracking {
  public:
   /// Creates the trackers of `backends` in list order. An unknown name anywhere in the list is a
