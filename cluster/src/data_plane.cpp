@@ -1,21 +1,13 @@
-// The data plane's TCP server and client (see data_plane.hpp for the protocol). Plain POSIX
-// sockets: every wait goes through poll() with the io_timeout, so no operation can hang.
+// The data plane's TCP server and client (see data_plane.hpp for the protocol). Sockets come
+// from net.hpp: every wait goes through poll() with the io_timeout, so no operation can hang.
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/dataproto/serialization.hpp>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include "crypto.hpp"
+#include "net.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
@@ -35,7 +27,7 @@ namespace hyflow::cluster {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = net::Clock;
 constexpr char kMagic[4] = {'H', 'F', 'O', 'B'};
 constexpr uint8_t kOpFetch = 1, kOpDiscard = 2;
 constexpr uint8_t kStatusOk = 0, kStatusUnknown = 1, kStatusEncodeFailed = 2, kStatusBadToken = 3, kStatusBusy = 4;
@@ -44,132 +36,12 @@ constexpr size_t kTokenBytes = 16;
 constexpr size_t kRequestBytes = 4 + 1 + kIdBytes + kTokenBytes;
 constexpr const char* kRefKey = "$hyflow_object";
 
-std::string errno_text(int e) { return std::strerror(e); }
-
-/// A file descriptor closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.release();
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
-
-void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/// Waits until `fd` is ready for `events`; false on timeout. Throws on poll errors.
-bool wait_for(int fd, short events, std::chrono::milliseconds timeout) {
-  pollfd p{fd, events, 0};
-  for (;;) {
-    int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    if (rc > 0) return true;
-    if (rc == 0) return false;
-    if (errno != EINTR) throw DataPlaneError("poll failed: " + errno_text(errno));
-  }
-}
-
-/// Sends all of [data, data + n); `what` names the peer and object for errors.
-void send_all(int fd, const char* data, size_t n, std::chrono::milliseconds timeout, const std::string& what) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t k = ::send(fd, data + done, n - done, MSG_NOSIGNAL);
-    if (k > 0) {
-      done += static_cast<size_t>(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(fd, POLLOUT, timeout))
-        throw DataPlaneError(what + ": send timed out after " + std::to_string(timeout.count()) + " ms (" +
-                             std::to_string(done) + " of " + std::to_string(n) + " bytes sent)");
-      continue;
-    }
-    throw DataPlaneError(what + ": send failed after " + std::to_string(done) + " of " + std::to_string(n) +
-                         " bytes: " + errno_text(errno));
-  }
-}
-
-/// Receives exactly n bytes; a peer that closes early is a "short read".
-void recv_all(int fd, char* data, size_t n, std::chrono::milliseconds timeout, const std::string& what) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t k = ::recv(fd, data + done, n - done, 0);
-    if (k > 0) {
-      done += static_cast<size_t>(k);
-      continue;
-    }
-    if (k == 0)
-      throw DataPlaneError(what + ": short read: the peer closed the connection after " + std::to_string(done) +
-                           " of " + std::to_string(n) + " bytes");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd, POLLIN, timeout))
-        throw DataPlaneError(what + ": receive timed out after " + std::to_string(timeout.count()) + " ms (" +
-                             std::to_string(done) + " of " + std::to_string(n) + " bytes received)");
-      continue;
-    }
-    throw DataPlaneError(what + ": receive failed after " + std::to_string(done) + " of " + std::to_string(n) +
-                         " bytes: " + errno_text(errno));
-  }
-}
-
-std::string to_hex(const unsigned char* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = digits[p[i] >> 4];
-    out[2 * i + 1] = digits[p[i] & 15];
-  }
-  return out;
-}
-
-/// 16 id bytes from 32 hex digits; false when `hex` is not that.
-bool from_hex(const std::string& hex, unsigned char* out) {
-  if (hex.size() != 2 * kIdBytes) return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < kIdBytes; ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
-  return true;
-}
+using net::Fd;
 
 std::string random_id() {
-  unsigned char buf[kIdBytes];
-  size_t got = 0;
-  while (got < sizeof buf) {
-    ssize_t k = ::getrandom(buf + got, sizeof buf - got, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) throw DataPlaneError("cannot draw a random object id: " + errno_text(errno));
-    got += static_cast<size_t>(k);
-  }
-  return to_hex(buf, sizeof buf);
+  unsigned char id[kIdBytes];
+  crypto::random_bytes(id, sizeof id, "a random object id");
+  return crypto::to_hex(id, sizeof id);
 }
 
 void put_u64(char* p, uint64_t v) {
@@ -179,48 +51,6 @@ uint64_t get_u64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
-}
-
-/// Connects to host:port within `timeout` (non-blocking connect + poll).
-Fd connect_to(const std::string& host, int port, std::chrono::milliseconds timeout, const std::string& what) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
-    throw DataPlaneError(what + ": cannot resolve host '" + host + "': " + gai_strerror(rc));
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, ::freeaddrinfo);
-  std::string last = "no address";
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (fd.get() < 0) {
-      last = errno_text(errno);
-      continue;
-    }
-    set_nonblocking(fd.get());
-    set_nodelay(fd.get());
-    int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno != EINPROGRESS) {
-      last = errno_text(errno);
-      continue;
-    }
-    if (rc != 0) {
-      if (!wait_for(fd.get(), POLLOUT, timeout)) {
-        last = "connect timed out after " + std::to_string(timeout.count()) + " ms";
-        continue;
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        last = errno_text(err);
-        continue;
-      }
-    }
-    return fd;
-  }
-  throw DataPlaneError(what + ": cannot connect: " + last);
 }
 
 /// An empty vector with capacity for `n` bytes. Large ones ask for transparent huge pages, so
@@ -247,22 +77,31 @@ bool token_bytes(const std::string& token, unsigned char* out) {
     std::memset(out, 0, kTokenBytes);
     return true;
   }
-  return from_hex(token, out);
+  return crypto::from_hex(token, out, kTokenBytes);
 }
 
 /// Sends one request; returns the connected socket for the reply.
 Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout, const std::string& token) {
   const std::string what = describe(ref);
   unsigned char id[kIdBytes], tok[kTokenBytes];
-  if (!from_hex(ref.id, id)) throw DataPlaneError(what + ": the id is not 32 hex digits");
+  if (!crypto::from_hex(ref.id, id, kIdBytes)) throw DataPlaneError(what + ": the id is not 32 hex digits");
   if (!token_bytes(token, tok)) throw DataPlaneError(what + ": the data plane token is not 32 hex digits");
-  Fd fd = connect_to(ref.host, ref.port, timeout, what);
+  Fd fd;
+  try {
+    fd = net::connect_tcp(ref.host, ref.port, {.each_wait = timeout});
+  } catch (const net::NetError& e) {
+    throw DataPlaneError(what + ": cannot connect: " + e.what());
+  }
   char req[kRequestBytes];
   std::memcpy(req, kMagic, 4);
   req[4] = static_cast<char>(op);
   std::memcpy(req + 5, id, kIdBytes);
   std::memcpy(req + 5 + kIdBytes, tok, kTokenBytes);
-  send_all(fd.get(), req, sizeof req, timeout, what);
+  try {
+    net::write_all(fd.get(), req, sizeof req, {.each_wait = timeout});
+  } catch (const net::NetError& e) {
+    throw DataPlaneError(what + ": " + e.what());
+  }
   return fd;
 }
 
@@ -359,7 +198,7 @@ struct DataPlane::Impl {
   DataPlaneOptions options;
   std::string advertise;
   Fd listener;
-  int wake[2] = {-1, -1};  ///< a pipe: writing to it stops the accept loop
+  std::optional<net::Waker> waker;  ///< stops the accept loop
   int port = 0;
   mutable std::mutex mutex;
   std::map<std::string, Object> objects;
@@ -396,7 +235,7 @@ struct DataPlane::Impl {
   JobToken* find_job_token_locked(const unsigned char* t) {
     JobToken* found = nullptr;
     for (auto& j : job_tokens)
-      if (CRYPTO_memcmp(j.token.data(), t, kTokenBytes) == 0) found = &j;
+      if (crypto::equal_in_constant_time(j.token.data(), t, kTokenBytes)) found = &j;
     return found;
   }
   void hold_job_token_locked(const Token& t) {
@@ -427,14 +266,14 @@ struct DataPlane::Impl {
   }
   /// Whether `t` may fetch or discard `o`.
   bool may_take_locked(const Object& o, const unsigned char* t) const {
-    if (o.job) return CRYPTO_memcmp(o.token.data(), t, kTokenBytes) == 0;
-    return !check_token || CRYPTO_memcmp(token, t, kTokenBytes) == 0;
+    if (o.job) return crypto::equal_in_constant_time(o.token.data(), t, kTokenBytes);
+    return !check_token || crypto::equal_in_constant_time(token, t, kTokenBytes);
   }
   /// An object to store, with `job_token` (hex; empty: the server's own token) as its key.
   Object make_object(const std::string& job_token) {
     Object o;
     if (job_token.empty()) return o;
-    if (!from_hex(job_token, o.token.data()))
+    if (!crypto::from_hex(job_token, o.token.data(), kTokenBytes))
       throw ValueError("data plane job token '" + job_token + "' is not 32 hex digits (job_data_plane_token)");
     o.job = true;
     return o;
@@ -443,6 +282,19 @@ struct DataPlane::Impl {
     if (o.job) hold_job_token_locked(o.token);
     objects[id] = std::move(o);
     ++stats.put;
+  }
+  /// Stores `o` (`size` bytes encoded) under a fresh random id: the handle that fetches it.
+  ObjectRef store(Object o, uint64_t size, bool expires) {
+    ObjectRef ref;
+    ref.host = advertise;
+    ref.port = port;
+    ref.id = random_id();
+    ref.size = size;
+    o.size = size;
+    o.expires = expires ? Clock::now() + options.object_ttl : Clock::time_point::max();
+    std::lock_guard lock(mutex);
+    store_locked(ref.id, std::move(o));
+    return ref;
   }
 
   /// Accepted connections whose request is not complete yet: no thread, no buffer beyond the
@@ -462,7 +314,7 @@ struct DataPlane::Impl {
   /// A 9-byte refusal (status, zero size) on a fresh socket, then close.
   static void refuse(Fd fd, uint8_t status) {
     char head[1 + 8] = {static_cast<char>(status)};
-    [[maybe_unused]] auto n = ::send(fd.get(), head, sizeof head, MSG_NOSIGNAL);
+    net::send_now(fd.get(), head, sizeof head);
   }
 
   /// The request of `p` is complete: check it and hand it to a serving thread.
@@ -471,7 +323,7 @@ struct DataPlane::Impl {
     if (std::memcmp(p.req, kMagic, 4) != 0 || (op != kOpFetch && op != kOpDiscard)) return;  // not ours: hang up
     std::unique_lock lock(mutex);
     const auto* request_token = reinterpret_cast<const unsigned char*>(p.req + 5 + kIdBytes);
-    if (check_token && CRYPTO_memcmp(request_token, token, kTokenBytes) != 0 &&
+    if (check_token && !crypto::equal_in_constant_time(request_token, token, kTokenBytes) &&
         !find_job_token_locked(request_token)) {
       ++stats.refused;
       lock.unlock();
@@ -501,19 +353,12 @@ struct DataPlane::Impl {
 
   /// Reads what `p` sent; true when it is finished with (dispatched or closed).
   bool progress(Pending& p) {
-    for (;;) {
-      ssize_t k = ::recv(p.fd.get(), p.req + p.got, kRequestBytes - p.got, 0);
-      if (k > 0) {
-        p.got += static_cast<size_t>(k);
-        if (p.got == kRequestBytes) {
-          dispatch(p);
-          return true;
-        }
-        continue;
-      }
-      if (k < 0 && errno == EINTR) continue;
-      return !(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));  // closed or failed: drop
+    switch (net::read_available(p.fd.get(), p.req, kRequestBytes, p.got)) {
+      case net::ReadState::partial: return false;
+      case net::ReadState::complete: dispatch(p); return true;
+      case net::ReadState::closed: return true;  // closed or failed: drop
     }
+    return true;
   }
 
   void accept_loop() {
@@ -521,7 +366,7 @@ struct DataPlane::Impl {
     while (!stopping) {
       fds.clear();
       fds.push_back({listener.get(), POLLIN, 0});
-      fds.push_back({wake[0], POLLIN, 0});
+      fds.push_back({waker->fd(), POLLIN, 0});
       int timeout = 1000;  // expiry of stored objects at least once a second
       const auto now = Clock::now();
       for (auto& p : pending) {
@@ -551,16 +396,15 @@ struct DataPlane::Impl {
       pending.swap(still);
       if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
       for (;;) {
-        int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
-        set_nodelay(c);
+        Fd c = net::accept_one(listener.get());
+        if (!c) break;
         if (pending.size() >= kMaxPending) {  // a flood: the oldest idle connection makes room
           pending.erase(pending.begin());
           std::lock_guard lock(mutex);
           ++stats.timed_out;
         }
         Pending p;
-        p.fd = Fd(c);
+        p.fd = std::move(c);
         p.deadline = Clock::now() + options.request_timeout;
         pending.push_back(std::move(p));
       }
@@ -589,10 +433,10 @@ struct DataPlane::Impl {
 
   /// One checked request on one connection. Errors only end this connection.
   void serve(Fd fd, const std::string& req) {
-    const auto timeout = options.io_timeout;
+    const net::Timeouts timeouts{.each_wait = options.io_timeout};
     try {
       const uint8_t op = static_cast<uint8_t>(req[4]);
-      const std::string id = to_hex(reinterpret_cast<const unsigned char*>(req.data() + 5), kIdBytes);
+      const std::string id = crypto::to_hex(req.data() + 5, kIdBytes);
       const auto* request_token = reinterpret_cast<const unsigned char*>(req.data() + 5 + kIdBytes);
       std::optional<Object> object;
       bool refused = false;
@@ -617,13 +461,13 @@ struct DataPlane::Impl {
       }
       if (refused) {
         char head[1 + 8] = {static_cast<char>(kStatusBadToken)};
-        send_all(fd.get(), head, op == kOpDiscard ? 1 : sizeof head, timeout, "data plane server");
+        net::write_all(fd.get(), head, op == kOpDiscard ? 1 : sizeof head, timeouts);
         return;
       }
       if (op == kOpDiscard) {
         const char status = static_cast<char>(object ? kStatusOk : kStatusUnknown);
         if (object) give_back(object->bytes);
-        send_all(fd.get(), &status, 1, timeout, "data plane server");
+        net::write_all(fd.get(), &status, 1, timeouts);
         return;
       }
       char head[1 + 8] = {static_cast<char>(kStatusUnknown)};
@@ -636,7 +480,7 @@ struct DataPlane::Impl {
           object->bytes = std::move(buf);
         } catch (const std::exception&) {
           head[0] = static_cast<char>(kStatusEncodeFailed);
-          send_all(fd.get(), head, sizeof head, timeout, "data plane server");
+          net::write_all(fd.get(), head, sizeof head, timeouts);
           return;
         }
       }
@@ -644,8 +488,8 @@ struct DataPlane::Impl {
         head[0] = static_cast<char>(kStatusOk);
         put_u64(head + 1, object->size);
       }
-      send_all(fd.get(), head, sizeof head, timeout, "data plane server");
-      if (object) send_all(fd.get(), object->bytes->data(), object->bytes->size(), timeout, "data plane server");
+      net::write_all(fd.get(), head, sizeof head, timeouts);
+      if (object) net::write_all(fd.get(), object->bytes->data(), object->bytes->size(), timeouts);
       if (object) give_back(object->bytes);
     } catch (const std::exception&) {
       // The client sees the broken connection (short read / timeout) and reports it.
@@ -660,76 +504,48 @@ DataPlane::DataPlane(DataPlaneOptions options) : impl_(std::make_unique<Impl>())
   if (im.options.request_timeout.count() <= 0) throw ValueError("DataPlaneOptions::request_timeout must be positive");
   require_token(im.options.token);
   const std::string where = "data plane on " + im.options.bind + ":" + std::to_string(im.options.port);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(im.options.port));
   const std::string bind_host = im.options.bind == "localhost" ? "127.0.0.1" : im.options.bind;
-  if (::inet_pton(AF_INET, bind_host.c_str(), &addr.sin_addr) != 1)
-    throw DataPlaneError(where + ": '" + im.options.bind + "' is not an IPv4 address");
-  im.listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (im.listener.get() < 0) throw DataPlaneError(where + ": socket failed: " + errno_text(errno));
-  int one = 1;
-  ::setsockopt(im.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw DataPlaneError(where + ": cannot bind: " + errno_text(errno));
-  if (::listen(im.listener.get(), 512) != 0) throw DataPlaneError(where + ": cannot listen: " + errno_text(errno));
-  socklen_t len = sizeof addr;
-  ::getsockname(im.listener.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  im.port = ntohs(addr.sin_port);
+  try {
+    im.listener = net::listen_tcp(bind_host, im.options.port, 512);
+    im.waker.emplace();
+  } catch (const net::NetError& e) {
+    throw DataPlaneError(where + ": " + e.what());
+  }
+  im.port = net::local_port(im.listener.get());
   im.advertise = im.options.advertise;
   if (im.advertise.empty()) {
     im.advertise = bind_host;
-    if (bind_host == "0.0.0.0") {
+    if (bind_host == "0.0.0.0" || bind_host == "::") {  // every interface: peers need a name
       char host[256] = {0};
       if (::gethostname(host, sizeof host - 1) == 0) im.advertise = host;
     }
   }
-  if (::pipe2(im.wake, O_CLOEXEC) != 0) throw DataPlaneError(where + ": pipe failed: " + errno_text(errno));
   im.acceptor = std::thread([&im] { im.accept_loop(); });
 }
 
 DataPlane::~DataPlane() {
   auto& im = *impl_;
   im.stopping = true;
-  if (im.wake[1] >= 0) (void)!::write(im.wake[1], "x", 1);
+  im.waker->wake();
   if (im.acceptor.joinable()) im.acceptor.join();
   std::unique_lock lock(im.mutex);
   im.idle.wait(lock, [&] { return im.active == 0; });
-  lock.unlock();
-  for (int fd : im.wake)
-    if (fd >= 0) ::close(fd);
 }
 
 ObjectRef DataPlane::put(std::vector<char> bytes, bool expires, const std::string& token) {
   auto& im = *impl_;
   Impl::Object object = im.make_object(token);
-  ObjectRef ref;
-  ref.host = im.advertise;
-  ref.port = im.port;
-  ref.id = random_id();
-  ref.size = bytes.size();
+  const uint64_t size = bytes.size();
   object.bytes = std::make_shared<std::vector<char>>(std::move(bytes));
-  object.size = ref.size;
-  object.expires = expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max();
-  std::lock_guard lock(im.mutex);
-  im.store_locked(ref.id, std::move(object));
-  return ref;
+  return im.store(std::move(object), size, expires);
 }
 
 ObjectRef DataPlane::put(DataProto data, bool expires, const std::string& token) {
   auto& im = *impl_;
   Impl::Object object = im.make_object(token);
-  ObjectRef ref;
-  ref.host = im.advertise;
-  ref.port = im.port;
-  ref.id = random_id();
-  ref.size = dataproto::serialized_size(data);
+  const uint64_t size = dataproto::serialized_size(data);
   object.data = std::make_shared<const DataProto>(std::move(data));
-  object.size = ref.size;
-  object.expires = expires ? Clock::now() + im.options.object_ttl : Clock::time_point::max();
-  std::lock_guard lock(im.mutex);
-  im.store_locked(ref.id, std::move(object));
-  return ref;
+  return im.store(std::move(object), size, expires);
 }
 
 bool DataPlane::release(const std::string& id) {
@@ -764,7 +580,7 @@ int DataPlane::port() const { return impl_->port; }
 void DataPlane::require_token(const std::string& token) {
   auto& im = *impl_;
   unsigned char bytes[kTokenBytes];
-  if (!token.empty() && !from_hex(token, bytes))
+  if (!token.empty() && !crypto::from_hex(token, bytes, kTokenBytes))
     throw ValueError("data plane token '" + token + "' is not 32 hex digits (data_plane_token)");
   std::lock_guard lock(im.mutex);
   im.check_token = !token.empty();
@@ -805,13 +621,17 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
     throw DataPlaneError(what + ": cannot allocate " + std::to_string(ref.size) + " bytes: " + e.what());
   }
   char head[1 + 8];
-  recv_all(fd.get(), head, sizeof head, timeout, what);
-  check_status(static_cast<uint8_t>(head[0]), what);
-  const uint64_t size = get_u64(head + 1);
-  if (size != ref.size)
-    throw DataPlaneError(what + ": the holder announces " + std::to_string(size) + " bytes, the handle says " +
-                         std::to_string(ref.size));
-  recv_all(fd.get(), bytes.data(), bytes.size(), timeout, what);
+  try {
+    net::read_all(fd.get(), head, sizeof head, {.each_wait = timeout});
+    check_status(static_cast<uint8_t>(head[0]), what);
+    const uint64_t size = get_u64(head + 1);
+    if (size != ref.size)
+      throw DataPlaneError(what + ": the holder announces " + std::to_string(size) + " bytes, the handle says " +
+                           std::to_string(ref.size));
+    net::read_all(fd.get(), bytes.data(), bytes.size(), {.each_wait = timeout});
+  } catch (const net::NetError& e) {
+    throw DataPlaneError(what + ": " + e.what());
+  }
   client_fetches.fetch_add(1);
   return bytes;
 }
@@ -830,7 +650,7 @@ bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout,
   try {
     Fd fd = request(ref, kOpDiscard, timeout, token);
     char status = 0;
-    recv_all(fd.get(), &status, 1, timeout, describe(ref));
+    net::read_all(fd.get(), &status, 1, {.each_wait = timeout});
     return static_cast<uint8_t>(status) == kStatusOk;
   } catch (...) {
     return false;
@@ -891,7 +711,7 @@ void DataPlane::set_process_token(const std::string& token) {
   auto& p = process_plane();
   std::lock_guard lock(p.mutex);
   if (p.plane) p.plane->require_token(token);  // checks the format
-  else if (unsigned char b[kTokenBytes]; !token.empty() && !from_hex(token, b))
+  else if (unsigned char b[kTokenBytes]; !token.empty() && !crypto::from_hex(token, b, kTokenBytes))
     throw ValueError("data plane token '" + token + "' is not 32 hex digits (data_plane_token)");
   resolved_locked(p);
   p.options->token = token;
@@ -905,13 +725,8 @@ std::string DataPlane::process_token() {
 
 std::string data_plane_token(const std::string& secret) {
   if (secret.empty()) return {};
-  static const char label[] = "hyflow-data-plane";
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(label),
-            sizeof label - 1, md, &len))
-    throw DataPlaneError("HMAC-SHA256 failed while deriving the data plane token");
-  return to_hex(md, kTokenBytes);
+  const crypto::Bytes32 digest = crypto::hmac_sha256(secret, "hyflow-data-plane");
+  return crypto::to_hex(digest.data(), kTokenBytes);
 }
 
 std::string job_data_plane_token(const std::string& cluster_token, const std::string& job_id) {
@@ -921,15 +736,11 @@ std::string job_data_plane_token(const std::string& cluster_token, const std::st
                      " characters (at most 128)");
   if (cluster_token.empty()) return {};
   unsigned char key[kTokenBytes];
-  if (!from_hex(cluster_token, key))
+  if (!crypto::from_hex(cluster_token, key, kTokenBytes))
     throw ValueError("data plane token '" + cluster_token + "' is not 32 hex digits (data_plane_token)");
-  const std::string message = "hyflow-job/" + job_id;
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), key, static_cast<int>(kTokenBytes), reinterpret_cast<const unsigned char*>(message.data()),
-            message.size(), md, &len))
-    throw DataPlaneError("HMAC-SHA256 failed while deriving a job's data plane token");
-  return to_hex(md, kTokenBytes);
+  const crypto::Bytes32 digest =
+      crypto::hmac_sha256(std::string_view(reinterpret_cast<const char*>(key), kTokenBytes), "hyflow-job/" + job_id);
+  return crypto::to_hex(digest.data(), kTokenBytes);
 }
 
 std::string new_job_id() { return random_id(); }

@@ -28,11 +28,6 @@ caf::error node_error(std::string text);
 /// The text of an "hfnode" or "hyflow" error's context, else CAF's rendering.
 std::string error_text(caf::actor_system& sys, const caf::error& e);
 
-/// Lower-case hex of `n` bytes.
-std::string to_hex(const unsigned char* p, size_t n);
-
-/// A TCP port free on `bind` now (0 when none could be found).
-int free_port(const std::string& bind);
 /// "host:port" -> (host, port); ValueError naming the entry.
 std::pair<std::string, int> split_address(const std::string& addr);
 /// This machine: host name, CPUs, GPUs (names and memory with HYFLOW_CUDA).

@@ -6,9 +6,6 @@
 
 #include <torch/cuda.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,23 +32,6 @@ std::string error_text(caf::actor_system& sys, const caf::error& e) {
     if (!out.empty()) return out;
   }
   return sys.render(e);
-}
-
-int free_port(const std::string& bind) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = 0;
-  if (::inet_pton(AF_INET, bind == "localhost" ? "127.0.0.1" : bind.c_str(), &a.sin_addr) != 1)
-    a.sin_addr.s_addr = INADDR_ANY;
-  int port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
 }
 
 std::pair<std::string, int> split_address(const std::string& addr) {

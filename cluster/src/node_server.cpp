@@ -8,15 +8,15 @@
 #include <hyflow/cluster/data_plane.hpp>
 #include <hyflow/cluster/node_server.hpp>
 
+#include "crypto.hpp"
 #include "detail.hpp"
 #include "front_door.hpp"
+#include "net.hpp"
 #include "tls_scribe.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/io/basp_broker.hpp>
-
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <atomic>
@@ -97,9 +97,11 @@ caf::behavior node_manager(node_actor* self, std::string bind, NodeInfo info) {
         }
         if (!controller) return detail::node_error("hello without a session actor");
         uint64_t id = 0;  // unguessable, so that one controller cannot use another's session
-        while (id == 0 || st.sessions.count(id))
-          if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof id) != 1)
-            return detail::node_error("cannot draw a session id (RAND_bytes failed)");
+        try {
+          while (id == 0 || st.sessions.count(id)) crypto::random_bytes(&id, sizeof id, "a session id");
+        } catch (const ClusterError& e) {
+          return detail::node_error(e.what());
+        }
         Session s;
         s.controller = controller;
         self->monitor(controller);
@@ -119,7 +121,7 @@ caf::behavior node_manager(node_actor* self, std::string bind, NodeInfo info) {
       },
       [=](detail::port_atom, uint64_t id) -> caf::result<int32_t> {
         if (!session_of(id, "port")) return detail::node_error("unknown session " + std::to_string(id));
-        int p = detail::free_port(self->state.bind);
+        int p = net::free_port(self->state.bind);
         if (p == 0) return detail::node_error("no free port on " + self->state.bind);
         return static_cast<int32_t>(p);
       },

@@ -96,7 +96,7 @@ class Runtime {
   explicit Runtime(RuntimeOptions options = {});
   /// On the caller's actor system (not owned). ValueError when its config lacks
   /// register_types. RuntimeOptions do not apply: threads, networking and TLS are the
-  /// caller's config (RuntimeConfig in caf_runtime.cpp shows what hyflow sets for its own).
+  /// caller's config (RuntimeConfig in src/runtime.cpp shows what hyflow sets for its own).
   explicit Runtime(caf::actor_system& system);
   ~Runtime();
   Runtime(const Runtime&) = delete;

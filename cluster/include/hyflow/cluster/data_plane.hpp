@@ -48,10 +48,11 @@ class DataPlaneError : public Error {
 };
 
 struct DataPlaneOptions {
-  /// Listen address of this process's data server (127.0.0.1: this machine only).
+  /// Listen address of this process's data server, a host name or an IPv4 or IPv6 address
+  /// (127.0.0.1: this machine only).
   std::string bind = "127.0.0.1";
   /// Host that peers use to reach this server; empty: `bind`, or the host name when `bind`
-  /// is 0.0.0.0.
+  /// is 0.0.0.0 or ::.
   std::string advertise;
   /// TCP port (0: a free one).
   int port = 0;
