@@ -41,7 +41,7 @@ TEST_CASE("SFT config errors name the key") {
   c.set("data.micro_batch_size_per_gpu", "4");
   CHECK_THROWS_WITH(run_sft(c), Catch::Contains("data.micro_batch_size_per_gpu"));
   Config d(ConfigSchema::sft);
-  d.set("optim.lr_scheduler", "wsd2");
+  d.set("optim.lr_scheduler_type", "wsd2");
   d.set("data.synthetic.train_size", "512");
   CHECK_THROWS_WITH(run_sft(d), Catch::Contains("optim.lr_scheduler"));
 }

@@ -5,6 +5,7 @@
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/ppo_config.hpp>
+#include <hyflow/trainer/sft_trainer.hpp>
 #include <hyflow/workers/config.hpp>
 
 #include <boost/program_options.hpp>
@@ -66,11 +67,6 @@ std::vector<ConfigKey> make_sft_keys() {
       at_least(1, "model.tiny.num_attention_heads", 4, "new tiny model: heads"),
       at_least(1, "model.tiny.intermediate_size", 192, "new tiny model: MLP size"),
       key("model.tiny.seed", T::integer, 0, "new tiny model: init seed"),
-      key("optim.lr", T::number, 1e-5, "peak learning rate", false, 0),
-      key("optim.betas", T::list, Json::array({0.9, 0.95}), "AdamW betas"),
-      key("optim.weight_decay", T::number, 0.01, "AdamW weight decay", false, 0),
-      key("optim.warmup_steps_ratio", T::number, 0.1, "warmup ratio", false, 0),
-      key("optim.lr_scheduler", T::string, "cosine", "cosine | constant"),
       key("optim.clip_grad", T::number, 1.0, "gradient norm clip", false, 0),
       at_least(1, "trainer.total_epochs", 1, "epochs"),
       at_least(1, "trainer.total_training_steps", kNull, "null: epochs x batches", true),
@@ -84,6 +80,8 @@ std::vector<ConfigKey> make_sft_keys() {
       key("trainer.metrics_file", T::string, kNull,
           "the jsonl tracker's file (null: {default_local_dir}/sft_metrics.jsonl)", true),
   };
+  // optim.*: the actor's optimizer section (workers::parse_optim_config), with SFT's defaults
+  for (auto& o : workers::optim_config_keys("optim", sft_optim_defaults())) k.push_back(std::move(o));
   return k;
 }
 

@@ -9,6 +9,7 @@
 #include <hyflow/algos/reward_score.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
+#include <hyflow/workers/config.hpp>
 
 #include <filesystem>
 #include <iostream>
@@ -90,6 +91,16 @@ double greedy_accuracy(models::CausalLM& model, const models::Tokenizer& tok, co
 
 }  // namespace
 
+parallel::OptimConfig sft_optim_defaults() {
+  parallel::OptimConfig o;  // verl's sft_trainer defaults
+  o.lr = 1e-5;
+  o.betas = {0.9, 0.95};
+  o.weight_decay = 0.01;
+  o.lr_warmup_steps_ratio = 0.1;
+  o.lr_scheduler_type = "cosine";
+  return o;
+}
+
 SFTResult run_sft(const Config& c) {
   if (c.schema() != ConfigSchema::sft) throw ValueError("run_sft needs an SFT config");
   const int64_t max_length = c.get_int("data.max_length");
@@ -132,18 +143,21 @@ SFTResult run_sft(const Config& c) {
   const int64_t total = c.is_null("trainer.total_training_steps") ? steps_per_epoch * c.get_int("trainer.total_epochs")
                                                                   : c.get_int("trainer.total_training_steps");
 
-  const auto betas = c.get("optim.betas");
-  if (betas.size() != 2) throw ValueError("config key 'optim.betas' must hold two numbers");
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(c.get_double("optim.lr"))
-                                                   .betas({betas[0].get<double>(), betas[1].get<double>()})
-                                                   .weight_decay(c.get_double("optim.weight_decay")));
-  const auto warmup = static_cast<int64_t>(c.get_double("optim.warmup_steps_ratio") * static_cast<double>(total));
-  const std::string sched = c.get_string("optim.lr_scheduler");
-  algos::core_algos::LrLambda lambda;
-  if (sched == "cosine") lambda = algos::core_algos::get_cosine_schedule_with_warmup(warmup, total);
-  else if (sched == "constant") lambda = algos::core_algos::get_constant_schedule_with_warmup(warmup);
-  else throw ValueError("config key 'optim.lr_scheduler': unknown schedule '" + sched + "' (cosine, constant)");
-  algos::core_algos::LambdaLR scheduler(opt, lambda);
+  // The actor's optimizer section (the same keys and checks), with SFT's defaults.
+  nlohmann::json optim_json = c.subtree("optim");
+  optim_json["total_training_steps"] = total;
+  const parallel::OptimConfig o = workers::parse_optim_config(optim_json, "optim", sft_optim_defaults());
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(o.lr)
+                                                   .betas({o.betas[0], o.betas[1]})
+                                                   .eps(o.eps)
+                                                   .weight_decay(o.weight_decay));
+  algos::core_algos::LambdaLR scheduler(
+      opt, algos::core_algos::get_lr_schedule({.type = o.lr_scheduler_type,
+                                               .num_warmup_steps = o.resolved_warmup_steps("optim.lr_warmup_steps_ratio"),
+                                               .num_training_steps = total,
+                                               .min_lr_ratio = o.min_lr_ratio,
+                                               .num_cycles = o.num_cycles},
+                                              "optim.lr_scheduler_type"));
   const double clip = c.get_double("optim.clip_grad");
   const int64_t test_freq = c.get_int("trainer.test_freq");
   const std::string out_dir = c.get_string("trainer.default_local_dir");

@@ -516,6 +516,17 @@ RewardModelConfig parse_reward_model_config(const Json& json) {
   return c;
 }
 
+OptimConfig parse_optim_config(const Json& json, const std::string& path, OptimConfig defaults) {
+  read_optim(Section(json, path), defaults);
+  return defaults;
+}
+
+std::vector<ConfigKey> optim_config_keys(const std::string& path, OptimConfig defaults) {
+  std::vector<ConfigKey> keys;
+  read_optim(Section(Json(), path, &keys), defaults);
+  return keys;
+}
+
 std::vector<ConfigKey> worker_config_keys() {
   std::vector<ConfigKey> keys;
   ActorRolloutRefConfig arr;

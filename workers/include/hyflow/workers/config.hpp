@@ -154,6 +154,13 @@ ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json);
 CriticConfig parse_critic_config(const Json& json);
 RewardModelConfig parse_reward_model_config(const Json& json);
 
+/// An optimizer section at `path` (the SFT trainer's `optim`) read as actor.optim is, with the
+/// same checks, from `defaults` (a trainer's own defaults); total_training_steps is the trainer's
+/// to set in `json`.
+OptimConfig parse_optim_config(const Json& json, const std::string& path, OptimConfig defaults = {});
+/// The keys parse_optim_config reads at `path`, with `defaults` as their defaults.
+std::vector<ConfigKey> optim_config_keys(const std::string& path, OptimConfig defaults = {});
+
 /// The keys the three parsers read (actor_rollout_ref.*, critic.*, reward_model.*) with their
 /// types, defaults (the structs' values, or null where the trainer fills the key) and help
 /// lines, declared by the read calls themselves (hyflow/core/config_section.hpp). The trainer's key
