@@ -92,7 +92,7 @@ TEST_CASE("a backend registered with one line serves generate_sequences for roll
   DataProto out = wg.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
   CHECK(CannedRollout::generated.load() == before + 2);  // one call per rank
   REQUIRE(out.size() == 4);
-  const at::Tensor expected_row = torch::tensor({5, 6, 7, kEos, kPad, kPad}, torch::kLong);
+  const at::Tensor expected_row = torch::tensor(std::vector<int64_t>{5, 6, 7, kEos, kPad, kPad}, torch::kLong);
   for (int64_t r = 0; r < 4; ++r) CHECK(torch::equal(out.batch.at("responses")[r], expected_row));
   CHECK(out.batch.at("response_mask").sum().item<int64_t>() == 4 * 4);
   // the worker scores the canned tokens with the policy (calculate_log_probs): finite on the

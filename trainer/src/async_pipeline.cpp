@@ -55,7 +55,8 @@ void AsyncPipeline::launch() {
     requeue_.pop_front();
   } else {
     // uids name the generation batch: it is trained at an unknown step
-    prompts.origin = "b" + std::to_string(data_.position());
+    prompts.origin = "b";
+    prompts.origin += std::to_string(data_.position());
     const auto indices = data_.next(prompts.epoch);
     if (!indices) throw Error("AsyncPipeline::launch: no training data left");  // top_up checks first
     prompts.indices = *indices;
