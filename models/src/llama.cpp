@@ -3,6 +3,7 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/linear.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 
 #include <torch/torch.h>
 

@@ -1,6 +1,7 @@
 #include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <catch2/catch.hpp>

@@ -1,9 +1,9 @@
 #pragma once
 // Shared by the PPO trainer tests: a temporary folder, a tiny random Qwen2 model with the char
 // tokenizer (written once per process) and a small GRPO/PPO config on the arithmetic task.
-#include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/llama.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
@@ -35,7 +35,7 @@ struct TempDir {
 inline const fs::path& tiny_model() {
   static TempDir dir("model");
   static bool done = [] {
-    hyflow::models::CharTokenizer tok;
+    hyflow::tokenizers::CharTokenizer tok;
     hyflow::models::ModelConfig c;
     c.architecture = "Qwen2ForCausalLM";
     c.vocab_size = tok.vocab_size();

@@ -169,7 +169,7 @@ struct PPOTrainer::Impl {
   algos::core_algos::AlgoConfig algo;
   std::unique_ptr<algos::core_algos::KLController> kl_ctrl;
 
-  std::shared_ptr<const models::Tokenizer> tokenizer;
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer;
   std::unique_ptr<RLDataset> train_data, val_data;
   std::unique_ptr<RewardManager> reward_fn, val_reward_fn;
 

@@ -5,8 +5,8 @@
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/workers/register.hpp>
 
@@ -32,7 +32,7 @@ int main() {
   check(hyflow::parallel::seqlen_balancing::calculate_workload(std::vector<int64_t>{1, 2}).size() == 2,
         "parallel calculate_workload");
   check(hyflow::cuda::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
-  hyflow::models::CharTokenizer tokenizer;
+  hyflow::tokenizers::CharTokenizer tokenizer;
   check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
   hyflow::workers::register_workers();
   hyflow::trainer::Config config;

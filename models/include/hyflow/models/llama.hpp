@@ -3,6 +3,7 @@
 // grouped-query attention, SwiGLU MLP, optional QKV bias, tied or untied embeddings.
 // Parameter names are Hugging Face's, so state dicts map one to one onto safetensors.
 
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/models/config.hpp>
 #include <hyflow/models/inference_context.hpp>
 
