@@ -56,7 +56,7 @@ DataProto rollout_batch(const DataProto& prompts, const at::Tensor& prompt_ids, 
   return DataProto(std::move(batch), std::move(columns), prompts.meta_info);
 }
 
-DataProto generate_inference(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+DataProto generate_inference(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   const auto& config = model->config();
   const auto eos_ids = options.eos_token_ids.empty() ? config.eos_token_ids : options.eos_token_ids;
   const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : config.resolved_pad_token_id();
@@ -74,7 +74,7 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
 
   // The generation's state (KV cache, packed weights). Prefill once per prompt, then give
   // each of the n samples its own copy of the cache.
-  InferenceContext context(config, B, P + R, param.options());
+  models::InferenceContext context(config, B, P + R, param.options());
   // Only the last prompt position's logits are needed: (B, P, d) -> (B, d) -> (B, V).
   auto logits = model->logits(model->model(prompt_ids, prompt_mask, prompt_pos, &context).select(1, P - 1), &context);
   if (options.n > 1) {
@@ -120,7 +120,7 @@ DataProto generate_inference(CausalLM& model, const DataProto& prompts, const Ge
 // Whether GenerationEngine::kDecode can take these prompts: a model the engine runs (float32
 // CPU on its kernels; another dtype or a device on its ATen backend), prompts whose last column
 // is a real token in every row (left padding, as verl pads).
-bool decode_engine_applies(const CausalLM& model, const DataProto& prompts) {
+bool decode_engine_applies(const models::CausalLM& model, const DataProto& prompts) {
   const auto& mask = prompts.batch.at("attention_mask");
   if (mask.size(1) == 0 || !DecodeEngine::supports(model)) return false;
   return mask.select(1, mask.size(1) - 1).ne(0).all().item<bool>();
@@ -129,7 +129,7 @@ bool decode_engine_applies(const CausalLM& model, const DataProto& prompts) {
 // The rollout batch of generate_inference, from the decode engine: each row's real prompt
 // tokens (mask 1) with their position ids form one request of n samples. `engine`: a long-lived
 // engine on `model`; null: a fresh one for this call.
-DataProto generate_decode(CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+DataProto generate_decode(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
                           DecodeEngine* engine) {
   const auto& config = model->config();
   DecodeSampling sampling{.sampling = options.sampling,
@@ -192,7 +192,7 @@ DataProto generate_decode(CausalLM& model, const DataProto& prompts, const Gener
   return out;
 }
 
-DataProto generate_with(CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+DataProto generate_with(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
                         DecodeEngine* engine) {
   check_prompts(prompts, options);
   DataProto out;
@@ -213,11 +213,12 @@ DataProto generate_with(CausalLM& model, const DataProto& prompts, const Generat
 
 }  // namespace
 
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
+DataProto generate(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   return generate_with(model, prompts, options, nullptr);
 }
 
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options, DecodeEngine& engine) {
+DataProto generate(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+                   DecodeEngine& engine) {
   return generate_with(model, prompts, options, &engine);
 }
 

@@ -188,10 +188,6 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
   norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps));
 }
 
-at::Tensor position_ids_from_mask(const at::Tensor& attention_mask) {
-  return (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
-}
-
 at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                     const at::Tensor& position_ids, InferenceContext* context) {
   if (input_ids.dim() != 2) {

@@ -1,7 +1,7 @@
 #pragma once
 // Model shapes, weights and prompts shared by the decode engine tests (both backends).
 
-#include "test_util.hpp"
+#include "common/tiny_model.hpp"
 
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/models/llama.hpp>
@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <vector>
 
-namespace hyflow::models::testing {
+namespace hyflow::testing {
 
 // A Llama shape with odd sizes: MHA, no bias, untied, head_dim 10, hidden sizes that are not
 // multiples of the 8-float vector width (the kernels' scalar tails run).
-inline ModelConfig llama_config() {
-  return ModelConfig{
+inline models::ModelConfig llama_config() {
+  return models::ModelConfig{
       .architecture = "LlamaForCausalLM",
       .vocab_size = 53,
       .hidden_size = 40,
@@ -34,17 +34,17 @@ inline ModelConfig llama_config() {
 }
 
 // A Qwen2 shape: GQA 4/2, QKV bias (set non-zero below), tied embeddings.
-inline ModelConfig qwen2_config() {
-  auto c = small_config();
+inline models::ModelConfig qwen2_config() {
+  auto c = tiny_model_config();
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.num_hidden_layers = 3;
   return c;
 }
 
-inline CausalLM make_model(const ModelConfig& config, uint64_t seed) {
+inline models::CausalLM make_model(const models::ModelConfig& config, uint64_t seed) {
   torch::manual_seed(seed);
-  CausalLM model(config);
+  models::CausalLM model(config);
   torch::NoGradGuard g;
   for (auto& item : model->named_parameters()) {
     if (item.key().ends_with(".bias")) item.value().normal_(0.0, 0.2);  // biases that matter
@@ -70,4 +70,4 @@ inline DataProto prompt_batch(const std::vector<std::vector<int64_t>>& rows) {
 inline const std::vector<std::vector<int64_t>> kPrompts = {
     {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, {11, 12}, {13, 14, 15, 16, 30}, {3}};
 
-}  // namespace hyflow::models::testing
+}  // namespace hyflow::testing

@@ -12,7 +12,7 @@
 using namespace hyflow;
 using namespace hyflow::models;
 using namespace hyflow::inference;
-using namespace hyflow::models::testing;
+using namespace hyflow::testing;
 
 namespace {
 

@@ -1,6 +1,5 @@
 #include "../../inference/src/decode/kernels.hpp"
 #include "decode_test_util.hpp"
-#include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/inference/decode_engine.hpp>
@@ -21,7 +20,7 @@
 using namespace hyflow;
 using namespace hyflow::models;
 using namespace hyflow::inference;
-using namespace hyflow::models::testing;
+using namespace hyflow::testing;
 
 namespace {
 

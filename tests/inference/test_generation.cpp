@@ -1,5 +1,4 @@
 #include "decode_test_util.hpp"
-#include "test_util.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/inference/generation.hpp>
@@ -10,8 +9,8 @@
 using namespace hyflow;
 using namespace hyflow::models;
 using namespace hyflow::inference;
-using hyflow::models::testing::prompt_batch;
-using hyflow::models::testing::small_config;
+using hyflow::testing::prompt_batch;
+using hyflow::testing::tiny_model_config;
 
 namespace {
 
@@ -43,7 +42,7 @@ const std::vector<std::vector<int64_t>> kPrompts = {{5, 6, 7, 8, 9, 10}, {11, 12
 
 TEST_CASE("KV-cached greedy generation equals greedy decoding by full recompute") {
   torch::manual_seed(11);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   auto out = generate(model, prompt_batch(kPrompts), GenerationOptions{.max_new_tokens = 10, .do_sample = false});
   for (int64_t b = 0; b < 3; ++b) {
     auto expected = greedy_by_recompute(model, kPrompts[static_cast<size_t>(b)], 10, 2);
@@ -53,7 +52,7 @@ TEST_CASE("KV-cached greedy generation equals greedy decoding by full recompute"
 
 TEST_CASE("a prompt alone and inside a padded batch gives the same tokens and log-probs") {
   torch::manual_seed(12);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   GenerationOptions opts{.max_new_tokens = 8, .do_sample = false, .return_log_probs = true};
   auto batch = generate(model, prompt_batch(kPrompts), opts);
   for (int64_t b = 0; b < 3; ++b) {
@@ -65,7 +64,7 @@ TEST_CASE("a prompt alone and inside a padded batch gives the same tokens and lo
 
 TEST_CASE("rollout batch has verl's keys, right-padded responses and masks up to and including EOS") {
   torch::manual_seed(13);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   auto prompts = prompt_batch(kPrompts);
   auto probe =
       generate(model, prompts, GenerationOptions{.max_new_tokens = 6, .do_sample = false, .eos_token_ids = {36}});
@@ -105,7 +104,7 @@ TEST_CASE("rollout batch has verl's keys, right-padded responses and masks up to
 
 TEST_CASE("sampling is deterministic for a seed and n samples are interleaved") {
   torch::manual_seed(14);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   auto prompts = prompt_batch(kPrompts);
   prompts.non_tensor_batch["uid"] = dataproto::Column{"a", "b", "c"};
   GenerationOptions opts{.max_new_tokens = 8, .n = 3, .sampling = {.temperature = 1.0, .top_p = 0.9}, .seed = 7};
@@ -125,7 +124,7 @@ TEST_CASE("sampling is deterministic for a seed and n samples are interleaved") 
 
 TEST_CASE("temperature near 0 generates what greedy generates") {
   torch::manual_seed(15);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   auto prompts = prompt_batch(kPrompts);
   auto greedy = generate(model, prompts, GenerationOptions{.max_new_tokens = 8, .do_sample = false});
   auto cold =
@@ -135,7 +134,7 @@ TEST_CASE("temperature near 0 generates what greedy generates") {
 
 TEST_CASE("rollout log-probs equal the actor's recomputation with verl's alignment") {
   torch::manual_seed(16);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   const double temperature = 0.7;
   auto out = generate(model, prompt_batch(kPrompts),
                       GenerationOptions{.max_new_tokens = 7, .sampling = {.temperature = temperature},
@@ -149,7 +148,7 @@ TEST_CASE("rollout log-probs equal the actor's recomputation with verl's alignme
 }
 
 TEST_CASE("generate rejects prompts without a mask and bad lengths") {
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   DataProto no_mask(TensorDict{{"input_ids", torch::zeros({1, 3}, torch::kLong)}});
   CHECK_THROWS_WITH(generate(model, no_mask, {}), Catch::Contains("attention_mask"));
   CHECK_THROWS_WITH(generate(model, prompt_batch({{1, 2}}), GenerationOptions{.max_new_tokens = 0}),
@@ -158,7 +157,7 @@ TEST_CASE("generate rejects prompts without a mask and bad lengths") {
 
 TEST_CASE("generation with oneDNN linears matches plain nn::Linear") {
   torch::manual_seed(17);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   GenerationOptions opts{.max_new_tokens = 8, .do_sample = false, .return_log_probs = true};
   set_onednn_linear(false);
   auto plain = generate(model, prompt_batch(kPrompts), opts);
@@ -170,7 +169,7 @@ TEST_CASE("generation with oneDNN linears matches plain nn::Linear") {
 
 TEST_CASE("rollout tensors can feed a training forward (no inference-mode tensors leak)") {
   torch::manual_seed(18);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   auto out = generate(model, prompt_batch(kPrompts), GenerationOptions{.max_new_tokens = 4, .do_sample = false});
   auto scores = compute_response_scores(model, out);
   scores.log_probs.sum().backward();
@@ -179,7 +178,7 @@ TEST_CASE("rollout tensors can feed a training forward (no inference-mode tensor
 
 TEST_CASE("a bf16 model generates with float32 rollout log-probs") {
   torch::manual_seed(19);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   model->to(torch::kBFloat16);
   auto out =
       generate(model, prompt_batch(kPrompts),
@@ -194,7 +193,7 @@ TEST_CASE("an inference context caches keys and values and packs each linear wei
   for (bool tied : {true, false}) {
     INFO("tied embeddings: " << tied);
     torch::manual_seed(20);
-    CausalLM model(small_config(tied));
+    CausalLM model(tiny_model_config({.tie_word_embeddings = tied}));
     auto ids = torch::randint(3, 37, {2, 6});
     at::Tensor full;
     {
@@ -219,7 +218,7 @@ TEST_CASE("an inference context caches keys and values and packs each linear wei
 TEST_CASE(
     "generate with a kept DecodeEngine gives a fresh engine's rollout and repacks only the weights that changed") {
   torch::manual_seed(19);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   DecodeEngine engine(model);
   for (const bool sampled : {false, true}) {
     CAPTURE(sampled);

@@ -2,7 +2,6 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/dataproto/position_ids.hpp>
-#include <hyflow/models/llama.hpp>
 
 #include <torch/torch.h>
 

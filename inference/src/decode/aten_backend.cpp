@@ -38,7 +38,8 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
 
 }  // namespace
 
-AtenBackend::AtenBackend(CausalLM model, int64_t block_size) : model_(std::move(model)), block_size_(block_size) {
+AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size)
+    : model_(std::move(model)), block_size_(block_size) {
   if (!supports(model_)) {
     throw ValueError(
         "DecodeEngine (ATen backend): the model's parameters must be floating point, contiguous and on "
@@ -54,7 +55,7 @@ AtenBackend::AtenBackend(CausalLM model, int64_t block_size) : model_(std::move(
   options_ = at::TensorOptions().dtype(first.scalar_type()).device(first.device());
 }
 
-bool AtenBackend::supports(const CausalLM& model) {
+bool AtenBackend::supports(const models::CausalLM& model) {
   const auto params = model->parameters();
   if (params.empty()) return false;
   const auto device = params.front().device();
@@ -79,7 +80,7 @@ int64_t AtenBackend::prepare(int64_t blocks, int64_t max_pos) {
   }
   if (!cos_.defined() || cos_.size(0) <= max_pos) {
     const auto& c = model_->config();
-    RotaryEmbedding rotary(head_dim_, c.rope_theta, c.rope_scaling);
+    models::RotaryEmbedding rotary(head_dim_, c.rope_theta, c.rope_scaling);
     auto positions = at::arange(max_pos + 1, at::TensorOptions().dtype(at::kLong).device(options_.device()));
     auto [cos, sin] = rotary.cos_sin(positions.unsqueeze(0), options_.dtype().toScalarType());
     cos_ = cos.reshape({max_pos + 1, head_dim_}).contiguous();
@@ -98,7 +99,8 @@ at::Tensor AtenBackend::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
 // Debian's LibTorch multiplies on the reference BLAS); devices and other dtypes take ATen's.
 at::Tensor AtenBackend::linear(const at::Tensor& x, const torch::nn::Linear& layer) const {
   const auto bias = layer->options.bias() ? layer->bias : at::Tensor();
-  if (onednn_linear_enabled() && cuda::onednn_linear_supported(x)) return cuda::onednn_linear(x, layer->weight, bias);
+  if (models::onednn_linear_enabled() && cuda::onednn_linear_supported(x))
+    return cuda::onednn_linear(x, layer->weight, bias);
   return F::linear(x, layer->weight, bias);
 }
 
@@ -152,7 +154,7 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   const double scale = std::sqrt(static_cast<double>(D));
   const double masked = mask_value(options_.dtype().toScalarType());
   for (int64_t l = 0; l < layers_; ++l) {
-    auto* layer = m_.layers[static_cast<size_t>(l)]->as<DecoderLayerImpl>();
+    auto* layer = m_.layers[static_cast<size_t>(l)]->as<models::DecoderLayerImpl>();
     auto& a = *layer->self_attn;
     auto h = rms_norm(x, layer->input_layernorm->weight);
     auto q = rotate(linear(h, a.q_proj).view({R, heads_, D}));
@@ -177,7 +179,7 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   }
   auto last = rms_norm(x.index_select(0, logits_rows), m_.norm->weight);
   const auto& head = model_->lm_head ? model_->lm_head->weight : m_.embed_tokens->weight;
-  logits_ = onednn_linear_enabled() && cuda::onednn_linear_supported(last) ? cuda::onednn_linear(last, head)
+  logits_ = models::onednn_linear_enabled() && cuda::onednn_linear_supported(last) ? cuda::onednn_linear(last, head)
                                                                            : F::linear(last, head);
 }
 

@@ -33,10 +33,10 @@ struct AtenPick {
 
 class AtenBackend {
  public:
-  AtenBackend(CausalLM model, int64_t block_size);
+  AtenBackend(models::CausalLM model, int64_t block_size);
 
   /// Whether the model can run here: every parameter floating point, contiguous, on one device.
-  static bool supports(const CausalLM& model);
+  static bool supports(const models::CausalLM& model);
 
   /// Makes room for `blocks` KV blocks (kept between runs, grown only) and rotary positions up
   /// to max_pos. Returns the blocks the pool holds.
@@ -57,7 +57,7 @@ class AtenBackend {
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor linear(const at::Tensor& x, const torch::nn::Linear& layer) const;
 
-  CausalLM model_;
+  models::CausalLM model_;
   int64_t block_size_;
   int64_t layers_, heads_, kv_heads_, head_dim_;
   double eps_;

@@ -48,11 +48,11 @@ struct Weights {
 
 // The linear weights of the model in a fixed order: per layer q, k, v, o, gate, up, down; then
 // the head (the embedding when tied).
-std::vector<at::Tensor> linear_weights(CausalLM& model) {
+std::vector<at::Tensor> linear_weights(models::CausalLM& model) {
   std::vector<at::Tensor> out;
   auto& m = *model->model;
   for (const auto& item : *m.layers) {
-    auto* layer = item->as<DecoderLayerImpl>();
+    auto* layer = item->as<models::DecoderLayerImpl>();
     auto& a = *layer->self_attn;
     auto& f = *layer->mlp;
     for (auto* lin : {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &f.gate_proj, &f.up_proj, &f.down_proj}) {
@@ -64,7 +64,7 @@ std::vector<at::Tensor> linear_weights(CausalLM& model) {
 }
 
 // packed[i]: the packed copy of linear_weights(model)[i].
-Weights weights_of(CausalLM& model, const std::vector<const float*>& packed) {
+Weights weights_of(models::CausalLM& model, const std::vector<const float*>& packed) {
   Weights w;
   auto& m = *model->model;
   w.embed = ptr(m.embed_tokens->weight);
@@ -72,7 +72,7 @@ Weights weights_of(CausalLM& model, const std::vector<const float*>& packed) {
   w.final_norm = ptr(m.norm->weight);
   size_t i = 0;
   for (const auto& item : *m.layers) {
-    auto* layer = item->as<DecoderLayerImpl>();
+    auto* layer = item->as<models::DecoderLayerImpl>();
     auto& a = *layer->self_attn;
     auto& f = *layer->mlp;
     const float* const* p = packed.data() + i;
@@ -197,7 +197,7 @@ struct DecodeEngine::State {
   std::unique_ptr<decode::AtenBackend> aten;
 };
 
-DecodeEngine::DecodeEngine(CausalLM& model, DecodeEngineOptions options)
+DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
     : model_(model), options_(options), state_(std::make_unique<State>()) {
   if (options_.block_size <= 0) {
     throw ValueError("DecodeEngine: block_size must be > 0, got " + std::to_string(options_.block_size));
@@ -244,7 +244,7 @@ int64_t DecodeEngine::packed_bytes() const {
 DecodeEngine::DecodeEngine(DecodeEngine&&) noexcept = default;
 DecodeEngine& DecodeEngine::operator=(DecodeEngine&&) noexcept = default;
 
-bool DecodeEngine::supports(const CausalLM& model) {
+bool DecodeEngine::supports(const models::CausalLM& model) {
   return decode::AtenBackend::supports(model);
 }
 
@@ -252,7 +252,7 @@ DecodeBackend DecodeEngine::backend() const {
   return state_->aten ? DecodeBackend::kAten : DecodeBackend::kKernels;
 }
 
-bool DecodeEngine::kernels_support(const CausalLM& model) {
+bool DecodeEngine::kernels_support(const models::CausalLM& model) {
   for (const auto& p : model->parameters()) {
     if (!p.device().is_cpu() || p.scalar_type() != at::kFloat || !p.is_contiguous()) return false;
   }
@@ -371,7 +371,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   stats_.kv_block_bytes =
       st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
   if (!st.aten && (!st.cos.defined() || st.cos.size(0) <= max_pos)) {
-    RotaryEmbedding rotary(D, model_->config().rope_theta, model_->config().rope_scaling);
+    models::RotaryEmbedding rotary(D, model_->config().rope_theta, model_->config().rope_scaling);
     auto [cos, sin] = rotary.cos_sin(torch::arange(max_pos + 1, torch::kLong).unsqueeze(0), at::kFloat);
     st.cos = cos.reshape({max_pos + 1, D}).contiguous();
     st.sin = sin.reshape({max_pos + 1, D}).contiguous();

@@ -1,5 +1,5 @@
 #pragma once
-// The decode engine's CPU kernels on raw float32 pointers (internal to hyflow::models). Each
+// The decode engine's CPU kernels on raw float32 pointers (internal to hyflow::inference). Each
 // function picks the best build the CPU runs (function-level target attributes, checked once
 // per process with __builtin_cpu_supports on x86; portable elsewhere): AVX-512 (the GEMM, a pass's
 // attention, SiLU*up, argmax), AVX2+FMA, or portable C++.
@@ -23,7 +23,7 @@ void limit_kernel_isa(Isa max);
 
 /// f(chunk_begin, chunk_end) over [begin, end) in chunks of at least `grain`, on LibTorch's
 /// intra-op threads (at::get_num_threads(); at::get_thread_num() inside f names the thread).
-/// at::parallel_for itself, but compiled where OpenMP is on (models/CMakeLists.txt): called
+/// at::parallel_for itself, but compiled where OpenMP is on (inference/CMakeLists.txt): called
 /// from a file built without OpenMP it would run the whole range on the calling thread.
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
 

@@ -5,6 +5,9 @@
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/inference/decode_engine.hpp>
+#include <hyflow/models/config.hpp>
+#include <hyflow/models/llama.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
@@ -33,7 +36,10 @@ int main() {
         "parallel calculate_workload");
   check(hyflow::cuda::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
   hyflow::tokenizers::CharTokenizer tokenizer;
-  check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
+  check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "tokenizers CharTokenizer");
+  hyflow::models::CausalLM model(hyflow::models::tiny_config(tokenizer.vocab_size()));
+  check(model->config().vocab_size == tokenizer.vocab_size(), "models CausalLM");
+  check(hyflow::inference::DecodeEngine::kernels_support(model), "inference DecodeEngine::kernels_support");
   hyflow::workers::register_workers();
   hyflow::trainer::Config config;
   check(config.get_int("data.train_batch_size") > 0, "trainer Config");

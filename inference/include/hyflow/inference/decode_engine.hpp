@@ -82,15 +82,15 @@ struct DecodeStats {
 /// engine": logits agree to float32 rounding).
 class DecodeEngine {
  public:
-  explicit DecodeEngine(CausalLM& model, DecodeEngineOptions options = {});
+  explicit DecodeEngine(models::CausalLM& model, DecodeEngineOptions options = {});
   ~DecodeEngine();
   DecodeEngine(DecodeEngine&&) noexcept;
   DecodeEngine& operator=(DecodeEngine&&) noexcept;
 
   /// Whether the model can run here: floating-point contiguous parameters of one dtype on one device.
-  static bool supports(const CausalLM& model);
+  static bool supports(const models::CausalLM& model);
   /// Whether the CPU kernels can run it: float32, contiguous parameters, on the CPU.
-  static bool kernels_support(const CausalLM& model);
+  static bool kernels_support(const models::CausalLM& model);
   /// The backend this engine runs (kAuto resolved).
   DecodeBackend backend() const;
 
@@ -106,7 +106,7 @@ class DecodeEngine {
   const DecodeEngineOptions& options() const { return options_; }
 
  private:
-  CausalLM model_;
+  models::CausalLM model_;
   DecodeEngineOptions options_;
   DecodeStats stats_;
   struct State;  // KV pool, scratch buffers and rotary tables, kept between runs

@@ -46,7 +46,7 @@ struct GenerationOptions {
 /// Non-tensor columns of `prompts` are repeated with the rows; meta_info is copied.
 /// Finished rows emit pad_token_id. Greedy decoding is deterministic; sampling is
 /// deterministic for options.seed.
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options);
+DataProto generate(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options);
 
 /// generate() with a long-lived DecodeEngine: where GenerationEngine::kDecode applies, `engine`
 /// runs the rollout (its own DecodeEngineOptions; options.decode is not used), so the packed
@@ -55,6 +55,7 @@ DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOp
 /// engine.drop_packed_weights() first). `engine` must have been built on `model`. The output is the
 /// one a fresh engine gives, bit for bit. Elsewhere (kReference, or prompts kDecode does not take)
 /// this is generate(model, prompts, options) and the engine is not touched.
-DataProto generate(CausalLM& model, const DataProto& prompts, const GenerationOptions& options, DecodeEngine& engine);
+DataProto generate(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options,
+                   DecodeEngine& engine);
 
 }  // namespace hyflow::inference
