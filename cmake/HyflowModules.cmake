@@ -5,20 +5,23 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel cuda models rollout workers tracking trainer apps)
+set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel tokenizers cuda models inference rollout workers tracking
+    trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_dataproto core)
 set(HYFLOW_MODULE_DEPS_actors dataproto)
 set(HYFLOW_MODULE_DEPS_cluster actors)
 set(HYFLOW_MODULE_DEPS_parallel algos)
+set(HYFLOW_MODULE_DEPS_tokenizers dataproto)
 set(HYFLOW_MODULE_DEPS_cuda core)
 set(HYFLOW_MODULE_DEPS_models cuda dataproto)
+set(HYFLOW_MODULE_DEPS_inference models cuda)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
-set(HYFLOW_MODULE_DEPS_rollout models)
-set(HYFLOW_MODULE_DEPS_workers actors rollout models algos parallel)
+set(HYFLOW_MODULE_DEPS_rollout inference models)
+set(HYFLOW_MODULE_DEPS_workers actors rollout inference models algos parallel)
 set(HYFLOW_MODULE_DEPS_tracking core)
-set(HYFLOW_MODULE_DEPS_trainer workers algos cluster tracking)
+set(HYFLOW_MODULE_DEPS_trainer workers tokenizers algos cluster tracking)
 set(HYFLOW_MODULE_DEPS_apps trainer cluster)
 
 # Packages per module, as find_package()/find_dependency() arguments with "|" for spaces.
@@ -27,8 +30,10 @@ set(HYFLOW_MODULE_PACKAGES_dataproto "Threads;Torch;cereal")
 set(HYFLOW_MODULE_PACKAGES_actors "CAF|0.17")
 set(HYFLOW_MODULE_PACKAGES_cluster "CAF|0.17;OpenSSL")
 set(HYFLOW_MODULE_PACKAGES_parallel "Torch")
+set(HYFLOW_MODULE_PACKAGES_tokenizers "Torch;ICU|COMPONENTS|uc|i18n")
 set(HYFLOW_MODULE_PACKAGES_cuda "Torch")
-set(HYFLOW_MODULE_PACKAGES_models "Torch;ICU|COMPONENTS|uc|i18n;OpenMP|COMPONENTS|CXX")
+set(HYFLOW_MODULE_PACKAGES_models "Torch")
+set(HYFLOW_MODULE_PACKAGES_inference "Torch;OpenMP|COMPONENTS|CXX")
 set(HYFLOW_MODULE_PACKAGES_algos "Torch")
 set(HYFLOW_MODULE_PACKAGES_rollout "Torch")
 set(HYFLOW_MODULE_PACKAGES_workers "Torch")

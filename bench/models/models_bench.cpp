@@ -6,7 +6,7 @@
 
 #include "bench_json.hpp"
 
-#include <hyflow/models/generation.hpp>
+#include <hyflow/inference/generation.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +21,7 @@
 
 using namespace hyflow;
 using namespace hyflow::models;
+using namespace hyflow::inference;
 
 namespace {
 

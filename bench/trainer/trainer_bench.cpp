@@ -5,7 +5,7 @@
 // without it the bench first runs the main job's SFT warm-up, config/sft_arithmetic.ini)
 #include "bench_json.hpp"
 
-#include <hyflow/models/tokenizer.hpp>
+#include <hyflow/tokenizers/tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>

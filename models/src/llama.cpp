@@ -3,6 +3,7 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/linear.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 
 #include <torch/torch.h>
 
@@ -185,10 +186,6 @@ TransformerImpl::TransformerImpl(const ModelConfig& config)
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(DecoderLayer(config));
   norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps));
-}
-
-at::Tensor position_ids_from_mask(const at::Tensor& attention_mask) {
-  return (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,

@@ -2,6 +2,7 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/log_probs.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 
 #include <torch/torch.h>
 

@@ -1,10 +1,10 @@
-// The built-in "hf" rollout backend: models::generate on the served model with a long-lived
+// The built-in "hf" rollout backend: inference::generate on the served model with a long-lived
 // DecodeEngine (its KV pool, scratch and, for float32 CPU models, packed weights kept between
 // calls), the reference generation path where the engine does not apply.
 #include "decode_rollout.hpp"
 
 #include <hyflow/core/error.hpp>
-#include <hyflow/models/decode_engine.hpp>
+#include <hyflow/inference/decode_engine.hpp>
 
 namespace hyflow::rollout::detail {
 namespace {
@@ -15,11 +15,12 @@ class DecodeRollout final : public RolloutBackend {
     if (!model_) throw ValueError("rollout backend 'hf': the rollout context has no model");
   }
 
-  DataProto generate_sequences(const DataProto& prompts, const models::GenerationOptions& options) override {
+  DataProto generate_sequences(const DataProto& prompts, const inference::GenerationOptions& options) override {
     // Built at the first call that can use it, kept until free_cache_engine.
-    if (!engine_ && options.engine == models::GenerationEngine::kDecode && models::DecodeEngine::supports(model_))
-      engine_ = std::make_unique<models::DecodeEngine>(model_, options.decode);
-    return engine_ ? models::generate(model_, prompts, options, *engine_) : models::generate(model_, prompts, options);
+    if (!engine_ && options.engine == inference::GenerationEngine::kDecode && inference::DecodeEngine::supports(model_))
+      engine_ = std::make_unique<inference::DecodeEngine>(model_, options.decode);
+    return engine_ ? inference::generate(model_, prompts, options, *engine_)
+                   : inference::generate(model_, prompts, options);
   }
 
   void load_weights(const models::NamedTensors& weights, const std::string& source) override {
@@ -48,7 +49,7 @@ class DecodeRollout final : public RolloutBackend {
 
  private:
   models::CausalLM model_;
-  std::unique_ptr<models::DecodeEngine> engine_;
+  std::unique_ptr<inference::DecodeEngine> engine_;
 };
 
 }  // namespace

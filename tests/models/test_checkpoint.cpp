@@ -1,4 +1,4 @@
-#include "test_util.hpp"
+#include "common/tiny_model.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
@@ -10,8 +10,8 @@
 
 using namespace hyflow;
 using namespace hyflow::models;
-using hyflow::models::testing::small_config;
-using hyflow::models::testing::TempDir;
+using hyflow::testing::TempDir;
+using hyflow::testing::tiny_model_config;
 namespace fs = std::filesystem;
 
 namespace {
@@ -46,8 +46,8 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
 }  // namespace
 
 TEST_CASE("config.json round trips for Llama and Qwen2 configs") {
-  TempDir dir;
-  for (auto config : {small_config(true), bench_50m_config()}) {
+  TempDir dir("models");
+  for (auto config : {tiny_model_config(), bench_50m_config()}) {
     config.rope_scaling = {.type = "linear", .factor = 2.0};
     save_config(config, dir.path / "config.json");
     auto back = load_config(dir.path);
@@ -77,9 +77,9 @@ TEST_CASE("Hugging Face config keys are read: eos lists, attention_bias, head_di
 
 TEST_CASE("a saved model reloads bit-identically in float32, bf16 and fp16") {
   torch::manual_seed(21);
-  TempDir dir;
+  TempDir dir("models");
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
-    CausalLM model(small_config(false));
+    CausalLM model(tiny_model_config({.tie_word_embeddings = false}));
     model->to(dtype);
     save_pretrained(*model, model->config(), dir.path);
     auto back = load_causal_lm(dir.path);
@@ -96,8 +96,8 @@ TEST_CASE("a saved model reloads bit-identically in float32, bf16 and fp16") {
 
 TEST_CASE("saving converts dtype on request; loading can convert too") {
   torch::manual_seed(22);
-  TempDir dir;
-  CausalLM model(small_config());
+  TempDir dir("models");
+  CausalLM model(tiny_model_config());
   save_pretrained(*model, model->config(), dir.path, SaveOptions{.dtype = torch::kBFloat16});
   auto back = load_causal_lm(dir.path);
   CHECK(back->parameters().front().scalar_type() == torch::kBFloat16);
@@ -108,8 +108,8 @@ TEST_CASE("saving converts dtype on request; loading can convert too") {
 
 TEST_CASE("sharded checkpoints with an index load bit-identically") {
   torch::manual_seed(23);
-  TempDir dir;
-  CausalLM model(small_config(false));
+  TempDir dir("models");
+  CausalLM model(tiny_model_config({.tie_word_embeddings = false}));
   save_pretrained(*model, model->config(), dir.path, SaveOptions{.max_shard_bytes = 8000});
   CHECK_FALSE(fs::exists(dir.path / "model.safetensors"));
   REQUIRE(fs::exists(dir.path / "model.safetensors.index.json"));
@@ -131,7 +131,7 @@ TEST_CASE("sharded checkpoints with an index load bit-identically") {
 }
 
 TEST_CASE("safetensors round trip keeps names, order, dtypes and integer tensors") {
-  TempDir dir;
+  TempDir dir("models");
   NamedTensors tensors = {{"z.ints", torch::arange(6, torch::kLong).view({2, 3})},
                           {"a.bytes", torch::tensor({1, 255}, torch::kByte)},
                           {"m.flags", torch::tensor({true, false})},
@@ -155,7 +155,7 @@ TEST_CASE("safetensors round trip keeps names, order, dtypes and integer tensors
 }
 
 TEST_CASE("corrupt safetensors are rejected with a FormatError naming file and tensor") {
-  TempDir dir;
+  TempDir dir("models");
   const auto file = dir.path / "bad.safetensors";
   const std::string good_header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
 
@@ -218,7 +218,7 @@ TEST_CASE("corrupt safetensors are rejected with a FormatError naming file and t
   }
   SECTION("a checkpoint file cut in half") {
     torch::manual_seed(24);
-    CausalLM model(small_config());
+    CausalLM model(tiny_model_config());
     save_pretrained(*model, model->config(), dir.path);
     auto bytes = read_bytes(dir.path / "model.safetensors");
     write_bytes(dir.path / "model.safetensors", bytes.substr(0, bytes.size() / 2));
@@ -228,8 +228,8 @@ TEST_CASE("corrupt safetensors are rejected with a FormatError naming file and t
 
 TEST_CASE("loading names a missing or mis-shaped tensor") {
   torch::manual_seed(25);
-  TempDir dir;
-  CausalLM model(small_config());
+  TempDir dir("models");
+  CausalLM model(tiny_model_config());
   save_pretrained(*model, model->config(), dir.path);
   auto tensors = read_safetensors(dir.path / "model.safetensors");
   SECTION("missing") {
@@ -248,8 +248,8 @@ TEST_CASE("loading names a missing or mis-shaped tensor") {
 
 TEST_CASE("a value model starts from an LM checkpoint and keeps its own score head") {
   torch::manual_seed(26);
-  TempDir lm_dir, critic_dir;
-  CausalLM lm(small_config(false));
+  TempDir lm_dir("models"), critic_dir("models");
+  CausalLM lm(tiny_model_config({.tie_word_embeddings = false}));
   save_pretrained(*lm, lm->config(), lm_dir.path);
   auto critic = load_value_model(lm_dir.path);
   CHECK(torch::equal(critic->model->embed_tokens->weight, lm->model->embed_tokens->weight));

@@ -1,6 +1,7 @@
-#include "test_util.hpp"
+#include "common/tiny_model.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <catch2/catch.hpp>
@@ -8,7 +9,8 @@
 #include <cmath>
 
 using namespace hyflow::models;
-using hyflow::models::testing::small_config;
+using hyflow::position_ids_from_mask;
+using hyflow::testing::tiny_model_config;
 
 TEST_CASE("RMSNorm equals x / sqrt(mean(x^2) + eps) * weight") {
   torch::manual_seed(1);
@@ -51,7 +53,7 @@ TEST_CASE("rotary embedding rotates each (i, i + D/2) pair by pos * theta^(-2i/D
 
 TEST_CASE("grouped-query attention matches a per-head loop with causal and padding masks") {
   torch::manual_seed(2);
-  auto config = small_config();
+  auto config = tiny_model_config();
   Attention attn(config);
   const int64_t B = 2, T = 5, H = 4, G = 2, D = 8;
   auto x = torch::randn({B, T, config.hidden_size});
@@ -92,8 +94,8 @@ TEST_CASE("grouped-query attention matches a per-head loop with causal and paddi
 }
 
 TEST_CASE("parameter names are Hugging Face's") {
-  CausalLM tied(small_config(true));
-  CausalLM untied(small_config(false));
+  CausalLM tied(tiny_model_config());
+  CausalLM untied(tiny_model_config({.tie_word_embeddings = false}));
   auto names = [](torch::nn::Module& m) {
     std::vector<std::string> out;
     for (const auto& p : m.named_parameters()) out.push_back(p.key());
@@ -110,12 +112,12 @@ TEST_CASE("parameter names are Hugging Face's") {
   CHECK(std::find(u.begin(), u.end(), "lm_head.weight") != u.end());
   int64_t count = 0;
   for (const auto& p : untied->parameters()) count += p.numel();
-  CHECK(count == small_config(false).num_parameters());
+  CHECK(count == tiny_model_config({.tie_word_embeddings = false}).num_parameters());
 }
 
 TEST_CASE("tied embeddings: the LM head is the embedding matrix") {
   torch::manual_seed(3);
-  CausalLM model(small_config(true));
+  CausalLM model(tiny_model_config());
   auto ids = torch::tensor({{3, 4, 5}});
   auto hidden = model->model(ids);
   CHECK(torch::allclose(model(ids), torch::matmul(hidden, model->model->embed_tokens->weight.t()), 1e-5, 1e-6));
@@ -123,7 +125,7 @@ TEST_CASE("tied embeddings: the LM head is the embedding matrix") {
 
 TEST_CASE("gradient checkpointing gives the same loss and gradients") {
   torch::manual_seed(4);
-  CausalLM model(small_config(false));
+  CausalLM model(tiny_model_config({.tie_word_embeddings = false}));
   auto ids = torch::randint(37, {2, 9});
   auto mask = torch::ones({2, 9}, torch::kLong);
   mask[1].narrow(0, 0, 3).zero_();
@@ -148,7 +150,7 @@ TEST_CASE("gradient checkpointing gives the same loss and gradients") {
 
 TEST_CASE("bf16 forward stays close to float32") {
   torch::manual_seed(5);
-  auto config = small_config();
+  auto config = tiny_model_config();
   config.initializer_range = 0.05;
   CausalLM model(config);
   auto ids = torch::randint(37, {2, 6});
@@ -161,27 +163,27 @@ TEST_CASE("bf16 forward stays close to float32") {
 
 TEST_CASE("value model gives one float32 value per token") {
   torch::manual_seed(6);
-  ValueModel critic(small_config());
+  ValueModel critic(tiny_model_config());
   auto values = critic(torch::randint(37, {3, 7}));
   CHECK(values.sizes() == torch::IntArrayRef({3, 7}));
   CHECK(values.scalar_type() == torch::kFloat);
 }
 
 TEST_CASE("a mask of the wrong width is rejected with the expected shape") {
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   CHECK_THROWS_WITH(model(torch::zeros({2, 4}, torch::kLong), torch::ones({2, 5}, torch::kLong)),
                     Catch::Contains("(2, 4)"));
 }
 
 TEST_CASE("config validation names the offending field") {
-  auto c = small_config();
+  auto c = tiny_model_config();
   c.num_key_value_heads = 3;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("num_key_value_heads"));
 }
 
 TEST_CASE("oneDNN linears give the logits and gradients of plain nn::Linear") {
   torch::manual_seed(7);
-  CausalLM model(small_config(false));
+  CausalLM model(tiny_model_config({.tie_word_embeddings = false}));
   auto ids = torch::randint(37, {2, 6});
   auto run = [&](bool onednn) {
     set_onednn_linear(onednn);
@@ -201,7 +203,7 @@ TEST_CASE("oneDNN linears give the logits and gradients of plain nn::Linear") {
 
 TEST_CASE("left or right padding leaves the logits of real tokens unchanged") {
   torch::manual_seed(8);
-  CausalLM model(small_config());
+  CausalLM model(tiny_model_config());
   torch::NoGradGuard g;
   auto real = torch::tensor({{4, 9, 16, 25}});
   auto alone = model(real);  // (1, 4, V)

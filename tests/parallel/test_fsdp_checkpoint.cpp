@@ -5,12 +5,12 @@
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/fsdp_checkpoint.hpp>
 #include <hyflow/parallel/sharded_optimizer.hpp>
+#include "common/tiny_model.hpp"
 #include "rank_threads.hpp"
 
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -61,20 +61,8 @@ std::shared_ptr<FsdpModule> shard(models::CausalLM& model, const std::shared_ptr
   return std::make_shared<FsdpModule>(units_by_layer(params, 0), make_device_mesh(pg, fsdp_size), FsdpOptions{});
 }
 
+using hyflow::testing::TempDir;
 using test::run_ranks;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / ("hyflow_fsdp_ckpt_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void save_on(int n, int64_t fsdp_size, const std::map<std::string, at::Tensor>& state, const fs::path& dir) {
   run_ranks(n, [&](const std::shared_ptr<ProcessGroup>& pg) {

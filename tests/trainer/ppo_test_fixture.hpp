@@ -1,58 +1,32 @@
 #pragma once
-// Shared by the PPO trainer tests: a temporary folder, a tiny random Qwen2 model with the char
-// tokenizer (written once per process) and a small GRPO/PPO config on the arithmetic task.
-#include <hyflow/models/char_tokenizer.hpp>
-#include <hyflow/models/checkpoint.hpp>
-#include <hyflow/models/llama.hpp>
+// Shared by the PPO trainer tests: a temporary folder, the tiny model (common/tiny_model.hpp)
+// with one layer and the char tokenizer (written once per process) and a small GRPO/PPO config on
+// the arithmetic task.
+#include "common/tiny_model.hpp"
+
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
-#include <torch/torch.h>
-
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace ppo_test {
 namespace fs = std::filesystem;
+using hyflow::testing::TempDir;
 using hyflow::trainer::Config;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("hyflow_ppo_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 inline const fs::path& tiny_model() {
-  static TempDir dir("model");
+  static TempDir dir("ppo_model");
   static bool done = [] {
-    hyflow::models::CharTokenizer tok;
-    hyflow::models::ModelConfig c;
-    c.architecture = "Qwen2ForCausalLM";
-    c.vocab_size = tok.vocab_size();
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 1;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.max_position_embeddings = 64;
-    c.qkv_bias = true;
-    c.tie_word_embeddings = true;
-    c.eos_token_ids = {tok.eos_token_id()};
-    c.pad_token_id = tok.pad_token_id();
-    c.initializer_range = 0.2;
-    torch::manual_seed(11);
-    hyflow::models::CausalLM model(c);
-    hyflow::models::save_pretrained(*model, c, dir.path);
+    hyflow::tokenizers::CharTokenizer tok;
+    const auto c = hyflow::testing::tiny_model_config({.vocab_size = tok.vocab_size(),
+                                                       .intermediate_size = 64,
+                                                       .num_hidden_layers = 1,
+                                                       .max_position_embeddings = 64,
+                                                       .eos_token_id = tok.eos_token_id(),
+                                                       .pad_token_id = tok.pad_token_id()});
+    hyflow::testing::write_tiny_model(c, 11, dir.path);
     hyflow::trainer::save_char_tokenizer_config(dir.path.string());
     return true;
   }();

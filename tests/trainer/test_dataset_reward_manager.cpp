@@ -1,8 +1,8 @@
 // Datasets (JSONL, built-in arithmetic and char_count tasks, padding/truncation) and reward managers.
 #include <hyflow/algos/reward_score.hpp>
 #include <hyflow/core/error.hpp>
-#include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
@@ -20,7 +20,7 @@ using namespace hyflow;
 using namespace hyflow::trainer;
 
 namespace {
-std::shared_ptr<const models::Tokenizer> char_tok() { return std::make_shared<models::CharTokenizer>(); }
+std::shared_ptr<const tokenizers::Tokenizer> char_tok() { return std::make_shared<tokenizers::CharTokenizer>(); }
 
 std::string write_file(const std::string& text) {
   static int n = 0;

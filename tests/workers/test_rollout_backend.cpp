@@ -25,7 +25,7 @@ class CannedRollout final : public rollout::RolloutBackend {
 
   explicit CannedRollout(const rollout::RolloutContext& context) : context_(context) {}
 
-  DataProto generate_sequences(const DataProto& prompts, const models::GenerationOptions& options) override {
+  DataProto generate_sequences(const DataProto& prompts, const inference::GenerationOptions& options) override {
     ++generated;
     const at::Tensor ids = prompts.batch.at("input_ids").repeat_interleave(options.n, 0);
     const at::Tensor mask = prompts.batch.at("attention_mask").repeat_interleave(options.n, 0);
@@ -149,11 +149,11 @@ TEST_CASE(
     "same greedy tokens") {
   models::CausalLM model(tiny_config());
   auto backend = rollout::make_rollout_backend("hf", {.model = model});
-  models::GenerationOptions options;
+  inference::GenerationOptions options;
   options.max_new_tokens = 6;
   options.do_sample = false;
   options.sampling = cuda::SamplingOptions{.greedy = true};
-  options.engine = models::GenerationEngine::kDecode;
+  options.engine = inference::GenerationEngine::kDecode;
   const DataProto first = backend->generate_sequences(prompts(3), options);
   CHECK(backend->stats().at("engine") == true);
   CHECK(backend->stats().at("packed_bytes").get<int64_t>() > 0);

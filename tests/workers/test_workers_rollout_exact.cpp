@@ -4,7 +4,7 @@
 #include "workers_test_util.hpp"
 
 #include <hyflow/actors/all.hpp>
-#include <hyflow/models/generation.hpp>
+#include <hyflow/inference/generation.hpp>
 #include <hyflow/workers/all.hpp>
 
 #include <catch2/catch.hpp>
@@ -55,18 +55,18 @@ DataProto exported(WorkerGroup& actor, int64_t version) {
   return weights;
 }
 
-/// Greedy tokens of a fresh decode engine (models::generate without a kept engine) on `weights`.
+/// Greedy tokens of a fresh decode engine (inference::generate without a kept engine) on `weights`.
 DataProto fresh_greedy(const DataProto& weights, const DataProto& p, int64_t length) {
   auto model = models::load_causal_lm(tiny_model_dir());
   models::NamedTensors tensors;
   for (const auto& [name, t] : weights.batch) tensors.emplace_back(name, t.select(0, 0));
   models::load_parameters(*model, tensors, "test weights");
-  models::GenerationOptions options;
+  inference::GenerationOptions options;
   options.max_new_tokens = length;
   options.do_sample = false;
   options.sampling.greedy = true;
-  options.engine = models::GenerationEngine::kDecode;
-  return models::generate(model, p, options);
+  options.engine = inference::GenerationEngine::kDecode;
+  return inference::generate(model, p, options);
 }
 
 /// One PPO update on the group's own rollout.

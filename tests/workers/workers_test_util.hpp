@@ -1,10 +1,10 @@
 #pragma once
-// Shared pieces of the worker tests: a tiny random model saved in Hugging Face format to a
-// temporary directory, verl-style configs that point at it, and batches.
+// Shared pieces of the worker tests: the tiny model (common/tiny_model.hpp) with a 20-token
+// vocabulary saved to a temporary directory, verl-style configs that point at it, and batches.
+
+#include "common/tiny_model.hpp"
 
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/models/checkpoint.hpp>
-#include <hyflow/models/llama.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -12,63 +12,30 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace workers_test {
 
 using hyflow::DataProto;
 using hyflow::Json;
 using hyflow::TensorDict;
+using hyflow::testing::TempDir;
 
 constexpr int64_t kVocab = 20;
 constexpr int64_t kPad = 0;
 constexpr int64_t kEos = 2;
 
 inline hyflow::models::ModelConfig tiny_config() {
-  hyflow::models::ModelConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.vocab_size = kVocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  c.qkv_bias = true;
-  c.tie_word_embeddings = true;
-  c.eos_token_ids = {kEos};
-  c.pad_token_id = kPad;
-  c.initializer_range = 0.2;  // peaked enough that sampling is not uniform noise
-  return c;
+  return hyflow::testing::tiny_model_config(
+      {.vocab_size = kVocab, .intermediate_size = 64, .max_position_embeddings = 64, .eos_token_id = kEos,
+       .pad_token_id = kPad});
 }
 
-/// A temporary directory removed at the end of the scope.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path() /
-           ("hyflow_workers_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
-
-/// The tiny model, random weights from `seed`, written once per process, plus a tokenizer
+/// The tiny model, random weights from seed 1234, written once per process, plus a tokenizer
 /// file the checkpoint must carry along.
 inline const std::filesystem::path& tiny_model_dir() {
-  static TempDir dir("model");
+  static TempDir dir("workers_model");
   static bool written = [] {
-    torch::manual_seed(1234);
-    hyflow::models::CausalLM model(tiny_config());
-    hyflow::models::save_pretrained(*model, tiny_config(), dir.path);
+    hyflow::testing::write_tiny_model(tiny_config(), 1234, dir.path);
     std::ofstream(dir.path / "tokenizer_config.json") << R"({"tokenizer_class": "hyflow-char"})";
     return true;
   }();

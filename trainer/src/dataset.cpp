@@ -1,8 +1,8 @@
 // JSONL reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
 #include <hyflow/core/error.hpp>
-#include <hyflow/models/bpe_tokenizer.hpp>
-#include <hyflow/models/char_tokenizer.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/tokenizers/bpe_tokenizer.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
 #include <algorithm>
@@ -180,7 +180,7 @@ std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& 
   return out;
 }
 
-RLDataset::RLDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer,
+RLDataset::RLDataset(std::vector<Sample> samples, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
                      RLDatasetOptions options)
     : tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
   if (options_.max_prompt_length <= 0) throw ValueError("config key 'data.max_prompt_length' must be > 0");
@@ -226,7 +226,7 @@ DataProto RLDataset::batch(const std::vector<int64_t>& indices) const {
   return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}}, std::move(nt));
 }
 
-SFTDataset::SFTDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer,
+SFTDataset::SFTDataset(std::vector<Sample> samples, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
                        int64_t max_length, std::string truncation)
     : max_length_(max_length), pad_id_(tokenizer->pad_token_id()) {
   if (max_length <= 1) throw ValueError("config key 'data.max_length' must be > 1");
@@ -269,7 +269,7 @@ DataProto SFTDataset::batch(const std::vector<int64_t>& indices) const {
 }
 
 namespace {
-std::shared_ptr<const models::Tokenizer> read_tokenizer(const std::string& model_dir) {
+std::shared_ptr<const tokenizers::Tokenizer> read_tokenizer(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
     const std::string file = (dir / "tokenizer_config.json").string();
@@ -286,20 +286,20 @@ std::shared_ptr<const models::Tokenizer> read_tokenizer(const std::string& model
     if (cls != cfg.end() && !cls->is_string() && !cls->is_null())
       throw FormatError("'" + file + "': tokenizer_class must be a string, got " + cls->dump());
     if (cls != cfg.end() && cls->is_string() && cls->get<std::string>() == "hyflow-char") {
-      models::CharTokenizerOptions o;
+      tokenizers::CharTokenizerOptions o;
       if (cfg.contains("alphabet") && cfg.at("alphabet").is_string())
         o.alphabet = cfg.at("alphabet").get<std::string>();
-      return std::make_shared<models::CharTokenizer>(o);
+      return std::make_shared<tokenizers::CharTokenizer>(o);
     }
   }
   if (std::filesystem::exists(dir / "tokenizer.json"))
-    return std::make_shared<models::BpeTokenizer>(models::BpeTokenizer::from_file(dir / "tokenizer.json"));
+    return std::make_shared<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_file(dir / "tokenizer.json"));
   throw FormatError("model directory '" + model_dir + "' has no tokenizer (tokenizer_config.json or tokenizer.json)");
 }
 
 }  // namespace
 
-std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir) {
+std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& model_dir) {
   auto tokenizer = read_tokenizer(model_dir);
   // Ids the model has no embedding row for would fail only at generation ("index out of range").
   const auto config_file = std::filesystem::path(model_dir) / "config.json";
@@ -314,9 +314,9 @@ std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model
 }
 
 void save_char_tokenizer_config(const std::string& model_dir) {
-  std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json")
-      << nlohmann::json{{"tokenizer_class", "hyflow-char"}, {"alphabet", models::CharTokenizerOptions{}.alphabet}}.dump(
-             2);
+  std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json") << nlohmann::json{
+      {"tokenizer_class", "hyflow-char"},
+      {"alphabet", tokenizers::CharTokenizerOptions{}.alphabet}}.dump(2);
 }
 
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {

@@ -43,7 +43,7 @@ struct PPOTrainer::Impl {
   std::unique_ptr<algos::core_algos::KLController> kl_ctrl;
   rc::RolloutCorrection correction;  // algorithm.rollout_correction
 
-  std::shared_ptr<const models::Tokenizer> tokenizer;
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer;
   std::unique_ptr<RLDataset> train_data, val_data;
   std::unique_ptr<DataCursor> data;
   std::unique_ptr<RewardManager> reward_fn, val_reward_fn;

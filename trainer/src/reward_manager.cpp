@@ -42,7 +42,7 @@ BatchComputeScoreFn get_batch_compute_score(const std::string& name) {
   return batch_registry().get(name);
 }
 
-RewardManager::RewardManager(std::shared_ptr<const models::Tokenizer> tokenizer, RewardManagerOptions options)
+RewardManager::RewardManager(std::shared_ptr<const tokenizers::Tokenizer> tokenizer, RewardManagerOptions options)
     : tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
   if (options_.name != "naive" && options_.name != "dapo" && options_.name != "batch")
     throw ValueError("config key 'reward_model.reward_manager': unknown manager '" + options_.name +

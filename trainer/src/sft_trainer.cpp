@@ -1,13 +1,13 @@
 // SFT trainer and hyflow-sft's main (see sft_trainer.hpp).
-#include <hyflow/core/error.hpp>
-#include <hyflow/models/char_tokenizer.hpp>
-#include <hyflow/models/checkpoint.hpp>
-#include <hyflow/models/generation.hpp>
-#include <hyflow/models/llama.hpp>
-#include <hyflow/trainer/dataset.hpp>
 #include <hyflow/algos/lr_schedule.hpp>
 #include <hyflow/algos/reward_score.hpp>
+#include <hyflow/core/error.hpp>
+#include <hyflow/inference/generation.hpp>
+#include <hyflow/models/checkpoint.hpp>
+#include <hyflow/models/llama.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/tracking/tracking.hpp>
+#include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -18,7 +18,7 @@ namespace hyflow::trainer {
 
 namespace {
 
-models::ModelConfig tiny_model_config(const Config& c, const models::Tokenizer& tok, int64_t max_length) {
+models::ModelConfig tiny_model_config(const Config& c, const tokenizers::Tokenizer& tok, int64_t max_length) {
   models::ModelConfig m;
   m.architecture = "Qwen2ForCausalLM";
   m.vocab_size = tok.vocab_size();
@@ -64,16 +64,16 @@ double eval_loss(models::CausalLM& model, const SFTDataset& ds, int64_t micro) {
 }
 
 /// Greedy answers scored with the task's reward function (the RL validation metric).
-double greedy_accuracy(models::CausalLM& model, const models::Tokenizer& tok, const std::vector<Sample>& rows,
+double greedy_accuracy(models::CausalLM& model, const tokenizers::Tokenizer& tok, const std::vector<Sample>& rows,
                        int64_t max_new_tokens) {
   if (rows.empty()) return 0.0;
   std::vector<std::string> prompts;
   for (const auto& r : rows) prompts.push_back(r.prompt);
-  DataProto in = models::encode_prompts(tok, prompts);
-  models::GenerationOptions g;
+  DataProto in = tokenizers::encode_prompts(tok, prompts);
+  inference::GenerationOptions g;
   g.max_new_tokens = max_new_tokens;
   g.do_sample = false;
-  DataProto out = models::generate(model, in, g);
+  DataProto out = inference::generate(model, in, g);
   const auto& resp = out.batch.at("responses");
   const auto& rmask = out.batch.at("response_mask");
   double correct = 0;
@@ -111,8 +111,8 @@ SFTResult run_sft(const Config& c) {
                      ") and 'data.micro_batch_size_per_gpu' (" + std::to_string(micro) +
                      ") must be > 0 and the first a multiple of the second");
   const std::string pretrain = c.get_string("model.partial_pretrain");
-  std::shared_ptr<const models::Tokenizer> tok =
-      pretrain.empty() ? std::make_shared<models::CharTokenizer>() : load_tokenizer(pretrain);
+  std::shared_ptr<const tokenizers::Tokenizer> tok =
+      pretrain.empty() ? std::make_shared<tokenizers::CharTokenizer>() : load_tokenizer(pretrain);
   models::ModelConfig mcfg;
   models::CausalLM model{nullptr};
   if (pretrain.empty()) {
@@ -152,12 +152,13 @@ SFTResult run_sft(const Config& c) {
                                                    .eps(o.eps)
                                                    .weight_decay(o.weight_decay));
   algos::core_algos::LambdaLR scheduler(
-      opt, algos::core_algos::get_lr_schedule({.type = o.lr_scheduler_type,
-                                               .num_warmup_steps = o.resolved_warmup_steps("optim.lr_warmup_steps_ratio"),
-                                               .num_training_steps = total,
-                                               .min_lr_ratio = o.min_lr_ratio,
-                                               .num_cycles = o.num_cycles},
-                                              "optim.lr_scheduler_type"));
+      opt,
+      algos::core_algos::get_lr_schedule({.type = o.lr_scheduler_type,
+                                          .num_warmup_steps = o.resolved_warmup_steps("optim.lr_warmup_steps_ratio"),
+                                          .num_training_steps = total,
+                                          .min_lr_ratio = o.min_lr_ratio,
+                                          .num_cycles = o.num_cycles},
+                                         "optim.lr_scheduler_type"));
   const double clip = c.get_double("optim.clip_grad");
   const int64_t test_freq = c.get_int("trainer.test_freq");
   const std::string out_dir = c.get_string("trainer.default_local_dir");

@@ -4,8 +4,8 @@
 #include "ppo_update.hpp"
 #include "worker_common.hpp"
 
+#include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
-#include <hyflow/models/generation.hpp>
 #include <hyflow/models/response_scores.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/process_group.hpp>
@@ -94,7 +94,7 @@ void ActorRolloutRefWorker::require_initialized(const char* method) const {
   if (!ready) throw ValueError(std::string(method) + ": call init_model first");
 }
 
-models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataProto& prompts,
+inference::GenerationOptions ActorRolloutRefWorker::generation_options(const DataProto& prompts,
                                                                     const std::string& method) {
   const auto& r = config_.rollout;
   bool do_sample = r.do_sample;
@@ -111,7 +111,7 @@ models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataPr
   top_p = detail::meta_double(prompts, "top_p", top_p, method);
   top_k = detail::meta_int(prompts, "top_k", top_k, method);
 
-  models::GenerationOptions options;
+  inference::GenerationOptions options;
   options.max_new_tokens = detail::meta_int(prompts, "response_length", r.response_length, method);
   options.do_sample = do_sample && temperature > 0;
   options.sampling =
@@ -120,7 +120,7 @@ models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataPr
   options.return_log_probs = r.calculate_log_probs;
   // The decode engine (paged KV cache, continuous batching, shared prefill of the n samples) on
   // float32 CPU policies; generate() falls back to the reference path for other models.
-  options.engine = models::GenerationEngine::kDecode;
+  options.engine = inference::GenerationEngine::kDecode;
   {
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);
     std::lock_guard lock(rollout_generator_->mutex());
@@ -130,7 +130,7 @@ models::GenerationOptions ActorRolloutRefWorker::generation_options(const DataPr
 }
 
 DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has_rows,
-                                                models::GenerationOptions options, Handoff& handoff) {
+                                                inference::GenerationOptions options, Handoff& handoff) {
   options.return_log_probs = false;  // the engine chooses the tokens; rollout_log_probs scores them
   // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
   // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
@@ -157,8 +157,8 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
   return out;
 }
 
-at::Tensor ActorRolloutRefWorker::rollout_log_probs(const DataProto& rollout, const models::GenerationOptions& options,
-                                                    const char* method) {
+at::Tensor ActorRolloutRefWorker::rollout_log_probs(const DataProto& rollout,
+                                                    const inference::GenerationOptions& options, const char* method) {
   // compute_log_prob's own path (log_probs_of, rollout.log_prob batching, the sharded forward
   // when sharded): for the same rows and weights the two agree bit for bit.
   const double temperature = options.do_sample ? options.sampling.temperature : 1.0;
@@ -194,7 +194,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
   if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
   require_initialized("generate_sequences");
   require_keys(prompts, {"input_ids", "attention_mask"}, method);
-  const models::GenerationOptions options = generation_options(prompts, method);
+  const inference::GenerationOptions options = generation_options(prompts, method);
   DataProto input(detail::on_device(prompts, {"input_ids", "attention_mask", "position_ids"}, device_).batch,
                   prompts.non_tensor_batch, prompts.meta_info);
   Handoff handoff;

@@ -5,6 +5,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/algos/core_algos.hpp>
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/process_group.hpp>
@@ -61,7 +62,7 @@ void CriticWorker::require_initialized(const char* method) const {
 at::Tensor CriticWorker::response_values(const DataProto& mb) {
   const auto& mask = mb.batch.at("attention_mask");
   auto positions =
-      mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
+      mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : dataproto::position_ids_from_mask(mask);
   auto values = detail::value_forward(model_, fsdp_.get(), mb.batch.at("input_ids"), mask, positions);  // (B, T)
   const int64_t R = mb.batch.at("responses").size(1), T = values.size(1);
   return values.narrow(1, T - R - 1, R);  // position t values the state before token t + 1

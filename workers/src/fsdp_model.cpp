@@ -1,5 +1,6 @@
 #include "fsdp_model.hpp"
 
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 
 #include <torch/torch.h>
@@ -61,7 +62,7 @@ at::Tensor sharded_hidden_states(models::TransformerImpl& transformer, const mod
   if (mask.dim() != 2 || mask.size(0) != B || mask.size(1) != T)
     throw ShapeError("sharded forward: attention_mask must be (B, T) = (" + std::to_string(B) + ", " +
                      std::to_string(T) + ")");
-  auto positions = position_ids.defined() ? position_ids : models::position_ids_from_mask(mask);
+  auto positions = position_ids.defined() ? position_ids : dataproto::position_ids_from_mask(mask);
   auto query_pos = torch::arange(0, T, input_ids.options().dtype(at::kLong)).view({T, 1});
   auto key_pos = torch::arange(0, T, input_ids.options().dtype(at::kLong)).view({1, T});
   auto blocked = (key_pos > query_pos).view({1, 1, T, T}).logical_or(mask.logical_not().view({B, 1, 1, T}));
@@ -89,7 +90,7 @@ models::ResponseScores response_scores(models::CausalLM& model, parallel::FsdpMo
   if (!fsdp) return models::compute_response_scores(model, batch, options);
   const auto& mask = batch.batch.at("attention_mask");
   auto positions =
-      batch.batch.contains("position_ids") ? batch.batch.at("position_ids") : models::position_ids_from_mask(mask);
+      batch.batch.contains("position_ids") ? batch.batch.at("position_ids") : dataproto::position_ids_from_mask(mask);
   auto hidden =
       sharded_hidden_states(*model->model, model->config(), *fsdp, batch.batch.at("input_ids"), mask, positions);
   // the head through the engine: its backward frees the (tied) weight before forming its gradient

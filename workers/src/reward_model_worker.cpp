@@ -2,6 +2,7 @@
 
 #include "worker_common.hpp"
 
+#include <hyflow/dataproto/position_ids.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/workers/micro_batches.hpp>
@@ -45,7 +46,7 @@ DataProto RewardModelWorker::compute_rm_score(DataProto data) {
   for (const auto& mb : micro.batches) {
     const auto& mask = mb.batch.at("attention_mask");
     auto positions =
-        mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : models::position_ids_from_mask(mask);
+        mb.batch.contains("position_ids") ? mb.batch.at("position_ids") : dataproto::position_ids_from_mask(mask);
     auto scores = model_(mb.batch.at("input_ids"), mask, positions);  // (B, T)
     // verl: the last valid token is argmax(position_ids * attention_mask); the score goes
     // there, then the response part is kept.

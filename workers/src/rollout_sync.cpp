@@ -79,7 +79,7 @@ DataProto ActorRolloutRefWorker::continue_sequences(DataProto partial) {
   if (!has_rollout(role_)) throw ValueError(method + " needs the rollout role; this worker is " + to_string(role_));
   require_initialized("continue_sequences");
   detail::require_keys(partial, {"prompts", "responses", "response_mask", "attention_mask", "position_ids"}, method);
-  const models::GenerationOptions options = generation_options(partial, method);
+  const inference::GenerationOptions options = generation_options(partial, method);
   if (partial.batch.contains("rollout_log_probs") != options.return_log_probs)
     throw ValueError(method + ": the partial batch " +
                      (options.return_log_probs ? "lacks rollout_log_probs" : "has rollout_log_probs") +

@@ -5,9 +5,12 @@
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/cuda/log_probs.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/models/char_tokenizer.hpp>
+#include <hyflow/inference/decode_engine.hpp>
+#include <hyflow/models/config.hpp>
+#include <hyflow/models/llama.hpp>
 #include <hyflow/parallel/seqlen_balancing.hpp>
 #include <hyflow/rollout/rollout_registry.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/tracking/tracker_registry.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/workers/register.hpp>
@@ -34,8 +37,11 @@ int main() {
   check(hyflow::parallel::seqlen_balancing::calculate_workload(std::vector<int64_t>{1, 2}).size() == 2,
         "parallel calculate_workload");
   check(hyflow::cuda::entropy_from_logits(at::zeros({1, 2, 4})).numel() == 2, "cuda entropy_from_logits");
-  hyflow::models::CharTokenizer tokenizer;
-  check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "models CharTokenizer");
+  hyflow::tokenizers::CharTokenizer tokenizer;
+  check(tokenizer.decode(tokenizer.encode("1+2=3")) == "1+2=3", "tokenizers CharTokenizer");
+  hyflow::models::CausalLM model(hyflow::models::tiny_config(tokenizer.vocab_size()));
+  check(model->config().vocab_size == tokenizer.vocab_size(), "models CausalLM");
+  check(hyflow::inference::DecodeEngine::kernels_support(model), "inference DecodeEngine::kernels_support");
   check(hyflow::rollout::has_rollout_backend("hf"), "rollout has_rollout_backend");
   check(hyflow::tracking::has_tracker("jsonl"), "tracking has_tracker");
   hyflow::workers::register_workers();

@@ -1,7 +1,8 @@
 #pragma once
 // The state of one generation pass over a model: the KV cache and the linear weights packed
-// for oneDNN. generate() makes one per call and hands it to every forward; a caller that
-// decodes step by step does the same.
+// for oneDNN. inference::generate() makes one per call and hands it to every forward; a caller
+// that decodes step by step does the same. It belongs to hyflow::models, not hyflow::inference,
+// because the model's forwards read and write it (inference links models, never the reverse).
 
 #include <hyflow/models/kv_cache.hpp>
 

@@ -82,8 +82,9 @@ class TransformerImpl : public torch::nn::Module {
   /// input_ids (B, T) -> final hidden states (B, T, d).
   /// attention_mask (B, S) marks real tokens (1) and padding (0) over S = cached + T
   /// positions; undefined means all ones. position_ids (B, T): undefined means
-  /// clip(cumsum(mask) - 1, 0) (verl's rule), taken at the last T positions. With a
-  /// context, the new positions' keys and values go to its KV cache and attend to the cached ones.
+  /// clip(cumsum(mask) - 1, 0) (verl's rule, dataproto::position_ids_from_mask), taken at the
+  /// last T positions. With a context, the new positions' keys and values go to its KV cache
+  /// and attend to the cached ones.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
                      const at::Tensor& position_ids = {}, InferenceContext* context = nullptr);
   /// Recompute each layer in backward instead of keeping its activations.
@@ -147,8 +148,5 @@ TORCH_MODULE(ValueModel);
 /// (torch::nn::functional::linear). Process-wide switch.
 void set_onednn_linear(bool enabled);
 bool onednn_linear_enabled();
-
-/// verl's position ids for a padding mask: clip(cumsum(mask, -1) - 1, 0).
-at::Tensor position_ids_from_mask(const at::Tensor& attention_mask);
 
 }  // namespace hyflow::models

@@ -7,8 +7,8 @@
 // actor_rollout_ref.rollout.name; docs/rollout.md shows how to add one.
 
 #include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
-#include <hyflow/models/generation.hpp>
 #include <hyflow/models/llama.hpp>
 
 #include <c10/core/Device.h>
@@ -38,10 +38,10 @@ class RolloutBackend {
   /// Left-padded prompts (input_ids, attention_mask, position_ids on the context's device) ->
   /// verl's rollout batch: prompts (B*n, P), responses (B*n, R), input_ids, attention_mask and
   /// position_ids (B*n, P+R), response_mask (B*n, R), with the prompts' non-tensor columns
-  /// repeated and their meta_info copied (models::generate's contract). `options` carries the
+  /// repeated and their meta_info copied (inference::generate's contract). `options` carries the
   /// sampling settings of this call (n, temperature / top-k / top-p / min-p or greedy, response
   /// length, seed, eos and pad ids). Tokens only: the worker scores rollout_log_probs itself.
-  virtual DataProto generate_sequences(const DataProto& prompts, const models::GenerationOptions& options) = 0;
+  virtual DataProto generate_sequences(const DataProto& prompts, const inference::GenerationOptions& options) = 0;
 
   /// New weights for the served model (a rollout group of its own receiving a trainer version).
   /// `source` names them in errors ("load_weights of weight version 3"); a missing or

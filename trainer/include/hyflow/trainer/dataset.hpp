@@ -6,7 +6,7 @@
 // seeded epoch order of the sampler.
 
 #include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/models/tokenizer.hpp>
+#include <hyflow/tokenizers/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -74,7 +74,8 @@ class RLDataset {
  public:
   /// Overlong prompts are dropped (filter_overlong_prompts) or truncated; with "error" a
   /// hyflow::ValueError names the row and its length.
-  RLDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer, RLDatasetOptions options);
+  RLDataset(std::vector<Sample> samples, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
+            RLDatasetOptions options);
   int64_t size() const { return static_cast<int64_t>(samples_.size()); }
   const Sample& sample(int64_t i) const { return samples_.at(static_cast<size_t>(i)); }
   /// input_ids, attention_mask, position_ids (B, max_prompt_length) and non-tensor columns
@@ -84,7 +85,7 @@ class RLDataset {
  private:
   std::vector<Sample> samples_;
   std::vector<std::vector<int64_t>> ids_;
-  std::shared_ptr<const models::Tokenizer> tokenizer_;
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer_;
   RLDatasetOptions options_;
 };
 
@@ -92,7 +93,7 @@ class RLDataset {
 /// response tokens (and eos). truncation error | left | right.
 class SFTDataset {
  public:
-  SFTDataset(std::vector<Sample> samples, std::shared_ptr<const models::Tokenizer> tokenizer, int64_t max_length,
+  SFTDataset(std::vector<Sample> samples, std::shared_ptr<const tokenizers::Tokenizer> tokenizer, int64_t max_length,
              std::string truncation = "error");
   int64_t size() const { return static_cast<int64_t>(input_ids_.size()); }
   /// input_ids, attention_mask, position_ids, loss_mask (B, max_length).
@@ -110,7 +111,7 @@ class SFTDataset {
 /// FormatError naming the directory when neither is there, naming the file when
 /// tokenizer_config.json is not a JSON object; ValueError when the tokenizer has ids beyond the
 /// vocab_size of the directory's config.json.
-std::shared_ptr<const models::Tokenizer> load_tokenizer(const std::string& model_dir);
+std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& model_dir);
 /// Writes tokenizer_config.json for the default char tokenizer into `model_dir`.
 void save_char_tokenizer_config(const std::string& model_dir);
 

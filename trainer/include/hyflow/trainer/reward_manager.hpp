@@ -6,9 +6,9 @@
 //   batch — one call over the whole batch.
 // A batch that already carries "rm_scores" (reward model) is returned as is.
 
-#include <hyflow/dataproto/data_proto.hpp>
-#include <hyflow/models/tokenizer.hpp>
 #include <hyflow/algos/reward_score.hpp>
+#include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/tokenizers/tokenizer.hpp>
 
 #include <ATen/core/Tensor.h>
 
@@ -66,14 +66,14 @@ struct RewardManagerOptions {
 
 class RewardManager {
  public:
-  RewardManager(std::shared_ptr<const models::Tokenizer> tokenizer, RewardManagerOptions options);
+  RewardManager(std::shared_ptr<const tokenizers::Tokenizer> tokenizer, RewardManagerOptions options);
   /// Needs responses, prompts, attention_mask and non-tensor data_source, reward_model
   /// ({"ground_truth"}); extra_info optional. KeyError naming a missing column.
   RewardOutput operator()(const DataProto& data) const;
   const RewardManagerOptions& options() const { return options_; }
 
  private:
-  std::shared_ptr<const models::Tokenizer> tokenizer_;
+  std::shared_ptr<const tokenizers::Tokenizer> tokenizer_;
   RewardManagerOptions options_;
 };
 

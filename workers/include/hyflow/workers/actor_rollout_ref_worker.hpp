@@ -6,7 +6,7 @@
 
 #include <hyflow/actors/method_table.hpp>
 #include <hyflow/actors/worker.hpp>
-#include <hyflow/models/generation.hpp>
+#include <hyflow/inference/generation.hpp>
 #include <hyflow/models/llama.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -134,7 +134,7 @@ class ActorRolloutRefWorker : public Worker {
   std::optional<int64_t> weight_version_;  ///< set by load_weights (separate rollout group)
   /// Adds min/max_weight_version = weight_version_ to a fresh rollout batch (when set).
   void stamp_weight_version(DataProto& rollout) const;
-  models::GenerationOptions generation_options(const DataProto& prompts, const std::string& method);
+  inference::GenerationOptions generation_options(const DataProto& prompts, const std::string& method);
 
   /// The handoff figures of one rollout call (docs/parallel.md, "Rollout handoff").
   struct Handoff {
@@ -144,11 +144,13 @@ class ActorRolloutRefWorker : public Worker {
   /// Generates `input` (prompts on device_; `has_rows` false: this rank generates nothing) on the
   /// rollout backend, the whole policy gathered for it and freed after when sharded (a
   /// collective then: every rank calls it). Tokens only: options.return_log_probs is ignored.
-  DataProto policy_rollout(const DataProto& input, bool has_rows, models::GenerationOptions options, Handoff& handoff);
+  DataProto policy_rollout(const DataProto& input, bool has_rows, inference::GenerationOptions options,
+                           Handoff& handoff);
   /// rollout_log_probs of a rollout batch (on the CPU): the policy's log-probs of `responses`
   /// through log_probs_of with compute_log_prob's batching, at the temperature the tokens were
   /// sampled at (1 for greedy), 0 on padding. A collective under FSDP.
-  at::Tensor rollout_log_probs(const DataProto& rollout, const models::GenerationOptions& options, const char* method);
+  at::Tensor rollout_log_probs(const DataProto& rollout, const inference::GenerationOptions& options,
+                               const char* method);
   /// meta_info timing.reshard (mean over ranks) and reshard_peak_extra_bytes (largest rank).
   void report_handoff(DataProto& out, Handoff handoff);
 

@@ -1,0 +1,716 @@
+// The rollout's decode engine against the machine's limits and against today's generate(),
+// all measured in the same run (issue 17). One JSON object per figure on stdout:
+//   memory_bandwidth       read of a buffer far larger than the caches (the roofline's limit)
+//   sgemm                  a large float32 matrix product: torch::mm and oneDNN (the compute peer)
+//   decode_tokens_per_s    engine vs reference generate() at batch 1/8/32, tokens identical or not
+//   decode_roofline        batch-1 step time vs (weights + KV bytes) / bandwidth
+//   decode_step_overhead   batch-1 step time minus the roofline time
+//   decode_batch_scaling   batch-b tokens/s / batch-1 tokens/s
+//   decode_profile         batch-1 and batch-32 steps: GEMM over all weights, attention, the rest
+//   decode_gflops          batch-32 arithmetic rate vs the sgemm peers
+//   prefix_sharing_*       prefill time and KV bytes per prompt, n = 8 vs n = 1
+//   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
+//   decode_aten_cpu        the engine's ATen backend (the device path) vs its CPU kernels on CPU tensors
+//   decode_device_*        on cuda:0 (Qwen2-0.5B shape, bf16): engine tokens/s vs a PyTorch eager loop on the
+//                          same device, and the HBM roofline fraction; one "skipped" line without a GPU
+//
+// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]
+// (scaling: the engine's decode-step figures of both shapes alone, without the reference
+// generate() and the token check, for repeated runs)
+// Times are CPU time of the process unless --wall or --threads above 1 (see now_s); the device
+// figures are wall time after a device synchronization.
+
+#include "bench_json.hpp"
+
+#include "../../inference/src/decode/kernels.hpp"
+
+#include <hyflow/cuda/linear.hpp>
+#include <hyflow/inference/decode_engine.hpp>
+#include <hyflow/inference/generation.hpp>
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace hyflow;
+using namespace hyflow::models;
+using namespace hyflow::inference;
+
+namespace {
+
+// CPU time of the process (every figure runs on one thread): the development machine is shared
+// with other jobs, and CPU time leaves out the time slices they take. On an idle machine it
+// equals wall time; --wall switches back to wall time.
+bool g_wall = false;
+
+// LibTorch intra-op threads (--threads): the engine's GEMM and attention split over them.
+std::string threads_label() {
+  const int n = at::get_num_threads();
+  return std::to_string(n) + (n == 1 ? " thread" : " threads");
+}
+
+double now_s() {
+  if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double seconds(const std::function<void()>& fn) {
+  const double t0 = now_s();
+  fn();
+  return now_s() - t0;
+}
+
+double best_of(int repeats, const std::function<void()>& fn) {
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) best = std::min(best, seconds(fn));
+  return best;
+}
+
+void emit(const std::string& bench, const std::string& case_name, double value, const std::string& unit,
+          const std::string& peer, double peer_value, double ratio, nlohmann::json extra = {}) {
+  nlohmann::json line{{"bench", bench}, {"case", case_name},        {"value", value}, {"unit", unit},
+                      {"peer", peer},   {"peer_value", peer_value}, {"ratio", ratio}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
+}
+
+// Sums of a float buffer read as `streams` interleaved sequential streams, 4 independent vector
+// accumulators so the loop is bound by memory, not by an add chain (AVX2 where the CPU has
+// it, else plain C++).
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) float read_avx2(const float* p, size_t n, size_t streams) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const size_t part = n / streams / 32 * 32;
+  for (size_t i = 0; i < part; i += 32) {
+    for (size_t s = 0; s < streams; ++s) {
+      const float* q = p + s * part + i;
+      acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(q));
+      acc[1] = _mm256_add_ps(acc[1], _mm256_loadu_ps(q + 8));
+      acc[2] = _mm256_add_ps(acc[2], _mm256_loadu_ps(q + 16));
+      acc[3] = _mm256_add_ps(acc[3], _mm256_loadu_ps(q + 24));
+    }
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+float read_portable(const float* p, size_t n, size_t streams) {
+  float acc[16] = {};
+  const size_t part = n / streams / 16 * 16;
+  for (size_t i = 0; i < part; i += 16) {
+    for (size_t s = 0; s < streams; ++s) {
+      for (size_t l = 0; l < 16; ++l) acc[l] += p[s * part + i + l];
+    }
+  }
+  float sum = 0.0F;
+  for (float a : acc) sum += a;
+  return sum;
+}
+
+// The read bandwidth the roofline uses: the best of 1 and 4 streams over 256 MiB and 1 GiB
+// buffers (8 and 32 times the 32 MiB L3), each best of 3 after a first touch. With several
+// intra-op threads each reads its own slice at the same time (the engine's threads share the
+// machine's bandwidth the same way).
+double read_bandwidth_gbs(nlohmann::json& detail) {
+  double best = 0.0;
+  const int64_t threads = at::get_num_threads();
+  for (size_t mib : {256, 1024}) {
+    const size_t n = (mib << 20) / sizeof(float);
+    const size_t slice = n / static_cast<size_t>(threads);
+    std::vector<float> buffer(n, 1.0F);
+    for (size_t streams : {1, 4}) {
+      std::vector<float> sinks(static_cast<size_t>(threads));
+      const double s = best_of(3, [&] {
+        decode::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const float* part = buffer.data() + static_cast<size_t>(t) * slice;
+#if defined(__x86_64__) || defined(__i386__)
+            if (__builtin_cpu_supports("avx2")) {
+              sinks[static_cast<size_t>(t)] = read_avx2(part, slice, streams);
+              continue;
+            }
+#endif
+            sinks[static_cast<size_t>(t)] = read_portable(part, slice, streams);
+          }
+        });
+      });
+      volatile float sink = sinks[0];
+      (void)sink;
+      const double bytes = static_cast<double>(slice / streams / 32 * 32 * streams * sizeof(float) *
+                                               static_cast<size_t>(threads));
+      const double gbs = bytes / s / 1e9;
+      detail[std::to_string(mib) + "MiB_" + std::to_string(streams) + "streams_gbs"] = gbs;
+      best = std::max(best, gbs);
+    }
+  }
+  return best;
+}
+
+double copy_bandwidth_gbs() {
+  const size_t bytes = size_t{512} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  const double s = best_of(3, [&] { std::memcpy(b.data(), a.data(), bytes); });
+  return 2.0 * static_cast<double>(bytes) / s / 1e9;  // read + write
+}
+
+ModelConfig shape_42m() {
+  return ModelConfig{.architecture = "LlamaForCausalLM",
+                     .vocab_size = 32000,
+                     .hidden_size = 512,
+                     .intermediate_size = 1376,
+                     .num_hidden_layers = 8,
+                     .num_attention_heads = 8,
+                     .num_key_value_heads = 8,
+                     .max_position_embeddings = 1024,
+                     .tie_word_embeddings = true};
+}
+
+ModelConfig shape_110m() {
+  auto c = shape_42m();
+  c.hidden_size = 768;
+  c.intermediate_size = 2048;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 12;
+  c.num_key_value_heads = 12;
+  return c;
+}
+
+// Bytes a decode step reads: every weight matrix once (the tied head is the embedding; the
+// embedding lookup itself reads one row) plus, per layer, the keys and values cached so far.
+double step_bytes(const ModelConfig& c, double mean_context) {
+  const double params = static_cast<double>(c.num_parameters());
+  const double embed = static_cast<double>(c.vocab_size * c.hidden_size);
+  const double weights = c.tie_word_embeddings ? params : params - embed;
+  const double kv = static_cast<double>(c.num_hidden_layers) * 2.0 * mean_context *
+                    static_cast<double>(c.num_key_value_heads * c.resolved_head_dim());
+  return 4.0 * (weights + kv);
+}
+
+DataProto random_prompts(int64_t batch, int64_t len, int64_t vocab) {
+  auto ids = torch::randint(3, vocab, {batch, len});
+  return DataProto(TensorDict{{"input_ids", ids}, {"attention_mask", torch::ones_like(ids)}});
+}
+
+struct Figures {
+  double bandwidth, sgemm_mm, sgemm_onednn;
+};
+
+// Where a decode step of `batch` rows goes: the engine's GEMM over every weight matrix of the
+// model (the real parameters, packed, `batch` activation rows), its attention for every row,
+// layer and head over the mean context (each row its own keys and values), and the rest (norms,
+// rotary, SwiGLU, KV writes, argmax, scheduling) as the remainder.
+void profile_step(const std::string& name, CausalLM& model, double mean_context, double step_s, int64_t batch) {
+  c10::InferenceMode inference;
+  const auto& c = model->config();
+  std::vector<std::pair<std::vector<float>, std::pair<int64_t, int64_t>>> mats;  // packed weight, (out, in)
+  auto add = [&](const at::Tensor& t) {
+    std::vector<float> packed(static_cast<size_t>(decode::packed_size(t.size(1), t.size(0))));
+    decode::pack_weight(t.data_ptr<float>(), t.size(1), t.size(0), packed.data());
+    mats.push_back({std::move(packed), {t.size(0), t.size(1)}});
+  };
+  for (const auto& item : model->named_parameters()) {
+    const auto& t = item.value();
+    if (t.dim() != 2 || item.key().find("embed_tokens") != std::string::npos) continue;
+    add(t);
+  }
+  add(c.tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight);
+  const int64_t widest = std::max(c.intermediate_size, c.vocab_size);
+  std::vector<float> x(static_cast<size_t>(widest * batch), 0.5F), y(static_cast<size_t>(widest * batch));
+  const double linear_s = best_of(3, [&] {
+    for (const auto& [w, shape] : mats) {
+      decode::linear(x.data(), shape.second, batch, w.data(), nullptr, shape.second, shape.first, y.data(), shape.first,
+                     false);
+    }
+  });
+  const int64_t D = c.resolved_head_dim(), kvdim = c.num_key_value_heads * D, bs = 16;
+  const auto len = static_cast<int64_t>(mean_context);
+  const int64_t blocks = (len + bs - 1) / bs;
+  // Row r's blocks are r * blocks .. (r + 1) * blocks - 1 of one pool per layer, laid out as the
+  // engine's: (block, kv head, position in block, head_dim).
+  // Huge pages where the kernel gives them, as the engine's pool asks for.
+  auto keys = at::empty({c.num_hidden_layers, batch * blocks * bs, kvdim}), values = at::empty_like(keys);
+  for (auto* t : {&keys, &values}) {
+    decode::advise_huge_pages(t->data_ptr(), t->nbytes());
+    t->normal_();
+  }
+  std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
+  for (int64_t b = 0; b < batch * blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  // The engine's call: every row's query heads of a layer at once, on the intra-op threads.
+  const int64_t qdim = c.num_attention_heads * D;
+  std::vector<float> q(static_cast<size_t>(batch * qdim), 0.1F), out(static_cast<size_t>(batch * qdim));
+  std::vector<const int32_t*> tables(static_cast<size_t>(batch));
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), len);
+  for (int64_t r = 0; r < batch; ++r) tables[static_cast<size_t>(r)] = table.data() + r * blocks;
+  const double attention_s = best_of(3, [&] {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      decode::attend_rows(q.data(), keys[l].data_ptr<float>(), values[l].data_ptr<float>(), tables.data(),
+                          lengths.data(), batch, c.num_attention_heads, c.num_key_value_heads, D, bs, out.data());
+    }
+  });
+  const nlohmann::json parts{{"gemm_ms", linear_s * 1e3},
+                             {"attention_ms", attention_s * 1e3},
+                             {"rest_ms", (step_s - linear_s - attention_s) * 1e3}};
+  emit("decode_profile",
+       name + " batch " + std::to_string(batch) + " step: GEMM over all weights (value) vs whole step (peer)",
+       linear_s * 1e3, "ms", "whole decode step", step_s * 1e3, linear_s / step_s, parts);
+}
+
+// engine_only: the decode-step figures alone (no reference generate(), no token check), for
+// repeated runs of the scaling figures.
+void bench_shape(const std::string& name, const ModelConfig& config, const Figures& f, bool quick, bool engine_only) {
+  torch::manual_seed(0);
+  CausalLM model(config);
+  const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
+  // One engine per batch, kept for the paired rounds of the scaling figures below.
+  struct Stepper {
+    std::unique_ptr<DecodeEngine> engine;
+    std::vector<DecodeRequest> long_run, short_run;
+  };
+  std::map<int64_t, Stepper> steppers;
+  const DecodeSampling greedy{.sampling = {.greedy = true}};
+  // Decode steps alone: the difference between runs of new_tokens and new_tokens / 2 tokens (same
+  // prompts, so the prefill cancels), per step. Each run the best of 3: one slow run (another
+  // process, a page fault burst) would move the difference by a whole step's worth at batch 1.
+  auto step_of = [&](Stepper& s) {
+    return (best_of(3, [&] { s.engine->run(s.long_run, greedy); }) -
+            best_of(3, [&] { s.engine->run(s.short_run, greedy); })) /
+           static_cast<double>(new_tokens - new_tokens / 2);
+  };
+  for (int64_t batch : {1, 8, 32}) {
+    auto prompts = random_prompts(batch, prompt_len, config.vocab_size);
+    GenerationOptions opts{.max_new_tokens = new_tokens, .do_sample = false};
+    if (!engine_only) {
+      DataProto reference, fast;
+      const double ref_s = seconds([&] { reference = generate(model, prompts, opts); });
+      opts.engine = GenerationEngine::kDecode;
+      generate(model, prompts, opts);  // warm-up: the KV pool's first touch
+      const double fast_s = seconds([&] { fast = generate(model, prompts, opts); });
+      const bool identical = torch::equal(reference.batch["responses"], fast.batch["responses"]);
+      const double tokens = static_cast<double>(batch * new_tokens);
+      const std::string c = name + " greedy b" + std::to_string(batch) + " p" + std::to_string(prompt_len) + " +" +
+                            std::to_string(new_tokens) + ", " + threads_label();
+      emit("decode_tokens_per_s", c, tokens / fast_s, "tokens/s", "reference generate() (oneDNN linears)",
+           tokens / ref_s, ref_s / fast_s, {{"tokens_identical", identical}});
+    }
+
+    auto& stepper = steppers[batch];
+    stepper.engine = std::make_unique<DecodeEngine>(model);
+    auto requests_of = [&](int64_t tokens) {
+      std::vector<DecodeRequest> requests;
+      auto ids = prompts.batch["input_ids"];
+      for (int64_t b = 0; b < batch; ++b) {
+        std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+        for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = ids[b][t].item<int64_t>();
+        requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = tokens, .first_row_id = b});
+      }
+      return requests;
+    };
+    stepper.long_run = requests_of(new_tokens);
+    stepper.short_run = requests_of(new_tokens / 2);
+    stepper.engine->run(stepper.long_run, greedy);  // warm-up; packs every weight (the engine is new)
+    const double pack_s = stepper.engine->stats().pack_s;
+    const double step_s = step_of(stepper);
+    const double mean_context = static_cast<double>(prompt_len) + 0.75 * static_cast<double>(new_tokens);
+    // Every sequence reads its own keys and values: the KV term grows with the batch.
+    const double bytes = step_bytes(config, mean_context * static_cast<double>(batch));
+    const double roof_s = bytes / (f.bandwidth * 1e9);
+    if (batch != 8) profile_step(name, model, mean_context, step_s, batch);
+    if (batch == 1) {
+      emit("decode_roofline", name + " batch 1 decode step, " + threads_label(), roof_s / step_s,
+           "fraction of roofline", "bytes per step / measured read bandwidth (ms)", roof_s * 1e3, roof_s / step_s,
+           {{"step_ms", step_s * 1e3},
+            {"bytes_per_step", bytes},
+            {"bandwidth_gbs", f.bandwidth},
+            {"pack_all_weights_ms", pack_s * 1e3}});
+      emit("decode_step_overhead", name + " batch 1: step time minus roofline time", (step_s - roof_s) * 1e3, "ms",
+           "goal (issue 17, 42M)", 1.0, 1.0 / std::max(1e-9, (step_s - roof_s) * 1e3));
+    }
+    if (batch == 32) {
+      // 2 flops per weight per token, plus attention: q.k and p.v over the mean context.
+      const double weights = step_bytes(config, 0.0) / 4.0;
+      const double attention = 4.0 * static_cast<double>(config.num_hidden_layers) * mean_context *
+                               static_cast<double>(config.num_attention_heads * config.resolved_head_dim());
+      const double flops = static_cast<double>(batch) * (2.0 * weights + attention);
+      const double gflops = flops / step_s / 1e9;
+      emit("decode_gflops", name + " batch 32 decode step, " + threads_label(), gflops, "GFLOP/s",
+           "oneDNN sgemm 2048^3", f.sgemm_onednn, gflops / f.sgemm_onednn, {{"torch_mm_gflops", f.sgemm_mm}});
+    }
+  }
+  // Batch scaling from rounds that measure the batch-1, 8 and 32 steps back to back: the read
+  // bandwidth this machine gets moves by a third within minutes, and the batch-1 step follows it
+  // (the batched ones far less), so a ratio of steps measured apart mostly measures that drift.
+  // The figure is the median round's.
+  const int rounds = quick ? 1 : 3;
+  std::map<int64_t, std::vector<double>> ratios;
+  for (int i = 0; i < rounds; ++i) {
+    const double b1 = step_of(steppers[1]);
+    for (int64_t batch : {8, 32}) ratios[batch].push_back(b1 * static_cast<double>(batch) / step_of(steppers[batch]));
+  }
+  for (auto& [batch, r] : ratios) {
+    std::vector<double> sorted = r;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2], goal = batch == 8 ? 5.0 : 12.0;
+    emit("decode_batch_scaling",
+         name + " batch " + std::to_string(batch) + " decode tokens/s over batch 1, median of " +
+             std::to_string(rounds) + " paired rounds, " + threads_label(),
+         median, "x", "goal (issue 17)", goal, median / goal, {{"rounds", r}});
+  }
+}
+
+void bench_prefix_sharing(bool quick) {
+  torch::manual_seed(0);
+  CausalLM model(shape_42m());
+  const int64_t prompt_len = quick ? 64 : 256;
+  std::vector<int64_t> prompt(static_cast<size_t>(prompt_len));
+  for (int64_t t = 0; t < prompt_len; ++t) prompt[static_cast<size_t>(t)] = 3 + (t * 7919) % 31000;
+  struct Result {
+    DecodeStats stats;
+    double prefill_s;
+  };
+  // Prefill time: a run that samples one token per sample (the prompt's pass, then the choice).
+  auto run = [&](int64_t n, bool share) {
+    DecodeEngine engine(model, DecodeEngineOptions{.share_prefix = share});
+    const DecodeSampling sampling{.sampling = {.temperature = 1.0}, .seed = 1};
+    DecodeRequest r{.prompt = prompt, .n = n, .max_new_tokens = 1};
+    engine.run({r}, sampling);  // warm-up
+    const double prefill_s = best_of(2, [&] { engine.run({r}, sampling); });
+    r.max_new_tokens = 16;
+    engine.run({r}, sampling);
+    return Result{engine.stats(), prefill_s};
+  };
+  const auto one = run(1, true), shared = run(8, true), copied = run(8, false);
+  const std::string c = "42M prompt " + std::to_string(prompt_len) + " +16 sampled, n=8";
+  emit("prefix_sharing_prefill", c + " shared (value) vs n=1 (peer)", shared.prefill_s * 1e3, "ms", "n=1",
+       one.prefill_s * 1e3, one.prefill_s / shared.prefill_s,
+       {{"n8_unshared_ms", copied.prefill_s * 1e3},
+        {"prefill_tokens_n8", shared.stats.prefill_tokens},
+        {"prefill_tokens_n8_unshared", copied.stats.prefill_tokens}});
+  const double kb = static_cast<double>(shared.stats.kv_block_bytes) / 1e6;
+  emit("prefix_sharing_kv", c + " peak KV MB shared (value) vs n=8 copies (peer)",
+       static_cast<double>(shared.stats.peak_kv_blocks) * kb, "MB", "n=8 unshared",
+       static_cast<double>(copied.stats.peak_kv_blocks) * kb,
+       static_cast<double>(copied.stats.peak_kv_blocks) / static_cast<double>(shared.stats.peak_kv_blocks),
+       {{"n1_mb", static_cast<double>(one.stats.peak_kv_blocks) * kb}});
+}
+
+void bench_continuous(bool quick) {
+  torch::manual_seed(0);
+  CausalLM model(shape_42m());
+  const int64_t requests_n = 32, slots = 8, prompt_len = 16, short_len = quick ? 8 : 16;
+  std::vector<DecodeRequest> requests;
+  auto ids = torch::randint(3, 32000, {requests_n, prompt_len});
+  double useful = 0.0;
+  for (int64_t i = 0; i < requests_n; ++i) {
+    std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+    for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = ids[i][t].item<int64_t>();
+    // lengths short_len .. 10 * short_len, spread over the requests
+    const int64_t len = short_len + (i * 37 % requests_n) * (9 * short_len) / (requests_n - 1);
+    requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = len, .first_row_id = i});
+    useful += static_cast<double>(len);
+  }
+  DecodeSampling greedy{.sampling = {.greedy = true}};
+  DecodeEngine engine(model, DecodeEngineOptions{.max_batch = slots});
+  engine.run(requests, greedy);  // warm-up
+  const double continuous_s = seconds([&] { engine.run(requests, greedy); });
+  // Static batches of `slots` with the engine: each batch runs until its longest finishes.
+  const double static_engine_s = seconds([&] {
+    for (int64_t b = 0; b < requests_n; b += slots) {
+      engine.run(std::vector<DecodeRequest>(requests.begin() + b, requests.begin() + b + slots), greedy);
+    }
+  });
+  // Today's generate(): static batches padded to the longest response of the batch.
+  const double reference_s = seconds([&] {
+    for (int64_t b = 0; b < requests_n; b += slots) {
+      int64_t longest = 0;
+      for (int64_t i = b; i < b + slots; ++i)
+        longest = std::max(longest, requests[static_cast<size_t>(i)].max_new_tokens);
+      generate(model,
+               DataProto(TensorDict{{"input_ids", ids.narrow(0, b, slots)},
+                                    {"attention_mask", torch::ones({slots, prompt_len}, torch::kLong)}}),
+               GenerationOptions{.max_new_tokens = longest, .do_sample = false});
+    }
+  });
+  const std::string c = "42M, 32 prompts, responses " + std::to_string(short_len) + ".." +
+                        std::to_string(10 * short_len) + " tokens, 8 slots, useful tokens/s";
+  emit("continuous_batching", c, useful / continuous_s, "tokens/s", "reference generate() static batches of 8",
+       useful / reference_s, reference_s / continuous_s,
+       {{"engine_static_batches_tokens_per_s", useful / static_engine_s}});
+}
+
+// The engine's GEMM against oneDNN's inner product on the same (pre-packed) weight, for the
+// 42M classifier shape (32000 x 512) at the batch sizes of the decode figures.
+void bench_gemm() {
+  c10::InferenceMode inference;
+  const int64_t in = 512, out = 32000;
+  auto w = torch::randn({out, in}) * 0.02;
+  auto packed = cuda::pack_onednn_weight(w);
+  std::vector<float> ours_packed(static_cast<size_t>(decode::packed_size(in, out)));
+  const double pack_s = best_of(3, [&] { decode::pack_weight(w.data_ptr<float>(), in, out, ours_packed.data()); });
+  std::vector<decode::Isa> builds{decode::best_kernel_isa()};
+  if (decode::best_kernel_isa() == decode::Isa::kAvx512) builds.push_back(decode::Isa::kAvx2);
+  for (auto isa : builds) {
+    decode::limit_kernel_isa(isa);
+    for (int64_t m : {1, 8, 32}) {
+      auto x = torch::randn({m, in});
+      auto y = torch::empty({m, out});
+      auto ours = [&] {
+        decode::linear(x.data_ptr<float>(), in, m, ours_packed.data(), nullptr, in, out, y.data_ptr<float>(), out,
+                       false);
+      };
+      auto theirs = [&] { cuda::onednn_linear_packed(x, packed, {}); };
+      ours();
+      theirs();
+      double a = 1e30, b = 1e30;
+      for (int i = 0; i < 5; ++i) {  // alternate, so both see the same machine load
+        a = std::min(a, seconds(ours));
+        b = std::min(b, seconds(theirs));
+      }
+      const double flops = 2.0 * static_cast<double>(m * in * out);
+      emit("decode_gemm", "x (" + std::to_string(m) + ", 512) W^T, W 32000 x 512", flops / a / 1e9, "GFLOP/s",
+           "oneDNN inner product, weight pre-packed", flops / b / 1e9, b / a,
+           {{"kernels", decode::isa_name(isa)},
+            {"weight_gbs", 4.0 * static_cast<double>(in * out) / a / 1e9},
+            {"pack_ms", pack_s * 1e3}});
+    }
+  }
+  decode::limit_kernel_isa(decode::Isa::kAvx512);
+}
+
+// Requests of `batch` random prompts of prompt_len tokens, max_new_tokens each, no EOS.
+std::vector<DecodeRequest> greedy_requests(int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab) {
+  std::vector<DecodeRequest> requests;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+    for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = 3 + (b * 7919 + t * 104729) % (vocab - 3);
+    requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = new_tokens, .first_row_id = b});
+  }
+  return requests;
+}
+
+// The ATen backend (the device path) against the CPU kernels on the 42M shape, CPU tensors:
+// what the portable path costs where the kernels exist (its linears run on LibTorch's BLAS).
+void bench_aten_cpu(bool quick) {
+  torch::manual_seed(0);
+  CausalLM model(shape_42m());
+  const int64_t prompt_len = 16, new_tokens = quick ? 8 : 16;
+  for (int64_t batch : {1, 8, 32}) {
+    const auto requests = greedy_requests(batch, prompt_len, new_tokens, model->config().vocab_size);
+    const DecodeSampling greedy{.sampling = {.greedy = true}};
+    DecodeEngine kernels(model), aten(model, {.backend = DecodeBackend::kAten});
+    std::vector<DecodeOutput> a, k;
+    kernels.run(requests, greedy);  // warm-up: packing, the KV pool's first touch
+    aten.run(requests, greedy);
+    const double kernels_s = seconds([&] { k = kernels.run(requests, greedy); });
+    const double aten_s = seconds([&] { a = aten.run(requests, greedy); });
+    bool identical = a.size() == k.size();
+    for (size_t i = 0; identical && i < a.size(); ++i) identical = a[i].tokens == k[i].tokens;
+    const double tokens = static_cast<double>(batch * new_tokens);
+    emit("decode_aten_cpu",
+         "42M greedy b" + std::to_string(batch) + " p16 +" + std::to_string(new_tokens) + ", ATen backend on CPU",
+         tokens / aten_s, "tokens/s", "the engine's CPU kernels", tokens / kernels_s, kernels_s / aten_s,
+         {{"tokens_identical", identical}});
+  }
+}
+
+// Qwen2-0.5B's shape (Qwen2.5-0.5B's config.json), random weights.
+ModelConfig shape_qwen2_0_5b() {
+  return ModelConfig{.architecture = "Qwen2ForCausalLM",
+                     .vocab_size = 151936,
+                     .hidden_size = 896,
+                     .intermediate_size = 4864,
+                     .num_hidden_layers = 24,
+                     .num_attention_heads = 14,
+                     .num_key_value_heads = 2,
+                     .max_position_embeddings = 32768,
+                     .rms_norm_eps = 1e-6,
+                     .rope_theta = 1000000.0,
+                     .qkv_bias = true,
+                     .tie_word_embeddings = true};
+}
+
+// The first interpreter that imports torch with CUDA: the peer must run on the same device.
+std::string torch_python() {
+  for (const char* py : {"python3", "/usr/bin/python3"}) {
+    const std::string probe =
+        std::string(py) + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null";
+    if (std::system(probe.c_str()) == 0) return py;
+  }
+  return {};
+}
+
+// The peer's tokens/s at `batch` (peer_torch.py --device cuda), or -1 when it cannot run.
+double peer_device_tokens_per_s(const std::string& python, int64_t batch, int64_t prompt_len, int64_t new_tokens) {
+  if (python.empty()) return -1.0;
+  const std::string cmd = python + " " + HYFLOW_MODELS_PEER_SCRIPT + " --case qwen2_0_5b --device cuda --dtype bf16" +
+                          " --only generate --repeats 2 --gen-batch " + std::to_string(batch) + " --prompt-len " +
+                          std::to_string(prompt_len) + " --new-tokens " + std::to_string(new_tokens);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1.0;
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
+  if (pclose(pipe) != 0) return -1.0;
+  const auto line = nlohmann::json::parse(out.substr(0, out.find('\n')), nullptr, false);
+  return line.is_object() && line.contains("tokens_per_s") ? line["tokens_per_s"].get<double>() : -1.0;
+}
+
+// Decode on cuda:0: the engine's ATen backend on a bf16 Qwen2-0.5B-shaped model against a
+// PyTorch eager KV-cache loop on the same device, and the step time against the HBM roofline
+// (weight bytes per step / the bandwidth of a large device copy measured in this run).
+void bench_device(bool quick) {
+  if (!torch::cuda::is_available()) {
+    std::cout << nlohmann::json{{"bench", "decode_device"},
+                                {"case", "Qwen2-0.5B shape bf16 on cuda:0"},
+                                {"skipped", "no CUDA device visible: the device figures were not measured"}}
+                     .dump()
+              << std::endl;
+    return;
+  }
+  g_wall = true;  // device work is not the process's CPU time
+  const auto device = c10::Device(c10::kCUDA, 0);
+  const auto sync = [] { torch::cuda::synchronize(); };
+  // Device bandwidth: a 1 GiB device-to-device copy reads and writes every byte.
+  double bandwidth = 0.0;
+  {
+    auto a = torch::empty({int64_t{1} << 28}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    auto b = torch::empty_like(a);
+    b.copy_(a);
+    sync();
+    const double s = best_of(5, [&] {
+      b.copy_(a);
+      sync();
+    });
+    bandwidth = 2.0 * static_cast<double>(a.nbytes()) / s / 1e9;
+    emit("decode_device_bandwidth", "cuda:0 copy of 1 GiB (read + write)", bandwidth, "GB/s", "none", 0.0, 1.0);
+  }
+  torch::manual_seed(0);
+  const auto config = shape_qwen2_0_5b();
+  CausalLM model(config);
+  model->to(device, torch::kBFloat16);
+  const double weight_bytes = 2.0 * static_cast<double>(config.num_parameters());  // tied head read once
+  const std::string python = torch_python();
+  const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
+  for (int64_t batch : {1, 8, 32}) {
+    const auto long_run = greedy_requests(batch, prompt_len, new_tokens, config.vocab_size);
+    const auto short_run = greedy_requests(batch, prompt_len, new_tokens / 2, config.vocab_size);
+    const DecodeSampling greedy{.sampling = {.greedy = true}};
+    DecodeEngine engine(model);
+    engine.run(long_run, greedy);  // warm-up: the KV pool, the caching allocator
+    sync();
+    const double step_s = (seconds([&] {
+                             engine.run(long_run, greedy);
+                             sync();
+                           }) -
+                           seconds([&] {
+                             engine.run(short_run, greedy);
+                             sync();
+                           })) /
+                          static_cast<double>(new_tokens - new_tokens / 2);
+    const double whole_s = seconds([&] {
+      engine.run(long_run, greedy);
+      sync();
+    });
+    const double tokens = static_cast<double>(batch * new_tokens);
+    const double peer = peer_device_tokens_per_s(python, batch, prompt_len, new_tokens);
+    const std::string c =
+        "Qwen2-0.5B shape bf16 cuda:0 greedy b" + std::to_string(batch) + " p16 +" + std::to_string(new_tokens);
+    emit("decode_device_tokens_per_s", c, tokens / whole_s, "tokens/s", "PyTorch eager KV-cache loop (peer_torch.py)",
+         peer, peer > 0 ? tokens / whole_s / peer : 0.0, {{"peer_ran", peer > 0}, {"step_ms", step_s * 1e3}});
+    if (batch == 1) {
+      const double roof_s = weight_bytes / (bandwidth * 1e9);
+      emit("decode_device_roofline", "Qwen2-0.5B shape bf16 cuda:0 batch 1 decode step", roof_s / step_s,
+           "fraction of roofline", "weight bytes per step / measured copy bandwidth (ms)", roof_s * 1e3,
+           roof_s / step_s,
+           {{"step_ms", step_s * 1e3}, {"weight_mb", weight_bytes / 1e6}, {"bandwidth_gbs", bandwidth}});
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1;
+  bool quick = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) {
+      threads = std::stoi(argv[++i]);
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--wall") {
+      g_wall = true;
+    } else if (a == "--case" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]\n";
+      return 2;
+    }
+  }
+  torch::set_num_threads(threads);
+  // Process CPU time adds up every thread's: past one thread only wall time says how long a step took.
+  if (threads > 1) g_wall = true;
+  if (only == "device") {
+    bench_device(quick);
+    return 0;
+  }
+  if (only == "aten") {
+    bench_aten_cpu(quick);
+    return 0;
+  }
+  Figures f{};
+  nlohmann::json detail = nlohmann::json::object();
+  f.bandwidth = read_bandwidth_gbs(detail);
+  const double copy = copy_bandwidth_gbs();
+  emit("memory_bandwidth", "read, best of 256 MiB / 1 GiB x 1 / 4 streams, " + threads_label(), f.bandwidth, "GB/s",
+       "memcpy 512 MiB (read+write)", copy, f.bandwidth / copy, detail);
+  {
+    c10::InferenceMode inference;
+    const int64_t n = 2048;
+    auto a = torch::randn({n, n}), b = torch::randn({n, n});
+    const double flops = 2.0 * static_cast<double>(n * n * n);
+    torch::mm(a, b);
+    f.sgemm_mm = flops / best_of(2, [&] { torch::mm(a, b); }) / 1e9;
+    cuda::onednn_linear(a, b);
+    f.sgemm_onednn = flops / best_of(3, [&] { cuda::onednn_linear(a, b); }) / 1e9;
+    emit("sgemm", "2048^3 float32, " + std::to_string(threads) + " thread(s)", f.sgemm_onednn, "GFLOP/s",
+         "torch::mm (LibTorch's BLAS)", f.sgemm_mm, f.sgemm_onednn / f.sgemm_mm);
+  }
+  if (only == "gemm") {
+    bench_gemm();
+    return 0;
+  }
+  if (only.empty()) bench_gemm();
+  const bool scaling = only == "scaling";
+  if (only.empty() || only == "42m" || scaling) bench_shape("42M", shape_42m(), f, quick, scaling);
+  if (only.empty() || only == "110m" || scaling) bench_shape("110M", shape_110m(), f, quick, scaling);
+  if (only.empty() || only == "42m") {
+    bench_prefix_sharing(quick);
+    bench_continuous(quick);
+  }
+  if (only.empty()) {
+    bench_aten_cpu(quick);
+    bench_device(quick);
+  }
+  return 0;
+}

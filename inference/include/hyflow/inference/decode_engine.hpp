@@ -1,0 +1,116 @@
+#pragma once
+// The rollout's decode engine: a CausalLM forward for generation written on raw float32
+// pointers, with a packed copy of each linear weight (refreshed at the start of a run when the
+// parameter changed: the trainer updates the weights between runs), a small-batch GEMM that
+// reads every weight once per step for the whole batch, fused norms / rotary / SwiGLU / residual adds, a paged (block)
+// KV cache, continuous batching (a finished sequence leaves the batch and a queued prompt takes its slot in the next
+// step) and prefix sharing (the n samples of a prompt share its prefill and its full KV blocks). generate() runs it
+// with GenerationOptions::engine = kDecode.
+
+#include <hyflow/cuda/sampling.hpp>
+#include <hyflow/models/llama.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace hyflow::inference {
+
+/// Which forward a DecodeEngine runs under its scheduler.
+enum class DecodeBackend {
+  kAuto,     ///< kKernels when the model allows it (float32, contiguous, CPU), else kAten
+  kKernels,  ///< packed float32 weights and the CPU GEMM / attention kernels (inference/src/decode/kernels.hpp)
+  kAten,     ///< ATen ops on the model's own device and dtype: CUDA, bf16 / fp16, and CPU
+};
+
+/// Scheduling settings of a DecodeEngine.
+struct DecodeEngineOptions {
+  int64_t max_batch = 0;              ///< most sequences decoding at once; 0: every sample of every request
+  int64_t block_size = 16;            ///< KV cache positions per block
+  bool share_prefix = true;           ///< the n samples of a prompt share its prefill and its full KV blocks
+  int64_t max_prefill_tokens = 1024;  ///< prompt tokens admitted per step (at least one prompt)
+  DecodeBackend backend = DecodeBackend::kAuto;
+};
+
+/// One prompt and its samples.
+struct DecodeRequest {
+  std::vector<int64_t> prompt;     ///< token ids, no padding (at least one)
+  std::vector<int64_t> positions;  ///< rotary position of each prompt token; empty: 0, 1, ...
+  int64_t n = 1;                   ///< samples; sample j has row id first_row_id + j
+  int64_t max_new_tokens = 32;
+  int64_t first_row_id = 0;
+};
+
+/// How tokens are chosen.
+struct DecodeSampling {
+  cuda::SamplingOptions sampling;      ///< greedy or temperature / top-k / top-p / min-p
+  uint64_t seed = 0;                   ///< sampled tokens depend on (seed, row id, step) only
+  std::vector<int64_t> eos_token_ids;  ///< a sample stops after emitting one of these
+  bool return_log_probs = false;       ///< log softmax(logits / temperature) of each token
+};
+
+/// The tokens of one sample (up to and including EOS) and, when asked, their log-probs.
+struct DecodeOutput {
+  std::vector<int64_t> tokens;
+  std::vector<float> log_probs;
+};
+
+/// What the last run did (for benchmarks and tests).
+struct DecodeStats {
+  int64_t steps = 0;           ///< forward passes
+  int64_t prefill_tokens = 0;  ///< prompt tokens run through the model
+  int64_t decode_tokens = 0;   ///< sampled tokens fed back
+  int64_t peak_kv_blocks = 0;  ///< most KV blocks in use at once
+  int64_t kv_block_bytes = 0;  ///< bytes of one block (keys and values of every layer)
+  double prefill_s = 0.0;      ///< time in steps that ran prompt tokens
+  double decode_s = 0.0;       ///< time in steps that ran only sampled tokens
+  int64_t packed_weights = 0;  ///< linear weights (re)packed at the start of the run (changed since the last)
+  double pack_s = 0.0;         ///< time spent checking and packing them
+};
+
+/// Decodes requests on a CausalLM. Two forwards serve the same scheduler (DecodeBackend): the
+/// CPU kernels on float32 CPU parameters, and ATen ops on the model's device and dtype (CUDA,
+/// bf16 / fp16), whose per-pass work stays on the device and whose only read back per step is
+/// the chosen tokens (with their log-probs) for the stop check. With the kernels the engine
+/// holds a packed copy of every linear weight (as much memory again as those weights) and checks
+/// at the start of each run() whether a parameter changed: another tensor, another data pointer or shape, or a
+/// bumped version counter (every ATen in-place op bumps it: optimizer steps, copy_,
+/// load_state_dict); changed weights are repacked. Writes that bypass ATen (memcpy into
+/// data_ptr, collectives writing raw storage) bump nothing: call drop_packed_weights() after
+/// them. The parameters must not change during a run. Greedy tokens equal generate()'s
+/// reference path up to the summation order of the products (see docs/inference.md, "Decode
+/// engine": logits agree to float32 rounding).
+class DecodeEngine {
+ public:
+  explicit DecodeEngine(models::CausalLM& model, DecodeEngineOptions options = {});
+  ~DecodeEngine();
+  DecodeEngine(DecodeEngine&&) noexcept;
+  DecodeEngine& operator=(DecodeEngine&&) noexcept;
+
+  /// Whether the model can run here: floating-point contiguous parameters of one dtype on one device.
+  static bool supports(const models::CausalLM& model);
+  /// Whether the CPU kernels can run it: float32, contiguous parameters, on the CPU.
+  static bool kernels_support(const models::CausalLM& model);
+  /// The backend this engine runs (kAuto resolved).
+  DecodeBackend backend() const;
+
+  /// Runs every request to completion; outputs are in request order, then sample order.
+  std::vector<DecodeOutput> run(const std::vector<DecodeRequest>& requests, const DecodeSampling& sampling);
+
+  /// Forgets the packed weights: the next run() packs every weight again.
+  void drop_packed_weights();
+  /// Bytes of the packed weight copies held between runs.
+  int64_t packed_bytes() const;
+
+  const DecodeStats& stats() const { return stats_; }
+  const DecodeEngineOptions& options() const { return options_; }
+
+ private:
+  models::CausalLM model_;
+  DecodeEngineOptions options_;
+  DecodeStats stats_;
+  struct State;  // KV pool, scratch buffers and rotary tables, kept between runs
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hyflow::inference

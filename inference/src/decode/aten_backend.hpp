@@ -1,0 +1,71 @@
+#pragma once
+// Internal: the decode engine's second forward, written with ATen ops on the model's own
+// device and dtype (CUDA, bf16/fp16, and float32 CPU for the tests). It serves the same
+// scheduler as the CPU kernels (engine.cpp): rows in, logits of the rows that sample out, a
+// paged KV pool that is one device tensor, block tables sent once per pass. Per pass there is
+// one host-to-device copy (every row's token, position, cache slot, context length and block
+// table in one int64 buffer) and per token choice one device-to-host copy (the tokens and their
+// log-probs together): the scheduler's stop check.
+
+#include <hyflow/inference/decode_engine.hpp>
+#include <hyflow/models/llama.hpp>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hyflow::inference::decode {
+
+/// One row of a pass: a token of one sequence, the cache index it is written at (its context is
+/// indices 0..index), its rotary position, the sequence's block table.
+struct AtenRow {
+  int64_t token = 0, position = 0, index = 0;
+  const int32_t* blocks = nullptr;
+  int64_t n_blocks = 0;
+  bool logits = false;
+};
+
+/// A token to choose from a row of the last pass's logits.
+struct AtenPick {
+  int64_t logits_row = 0, step = 0, row_id = 0;
+};
+
+class AtenBackend {
+ public:
+  AtenBackend(models::CausalLM model, int64_t block_size);
+
+  /// Whether the model can run here: every parameter floating point, contiguous, on one device.
+  static bool supports(const models::CausalLM& model);
+
+  /// Makes room for `blocks` KV blocks (kept between runs, grown only) and rotary positions up
+  /// to max_pos. Returns the blocks the pool holds.
+  int64_t prepare(int64_t blocks, int64_t max_pos);
+  /// Bytes of one block: keys and values of every layer.
+  int64_t kv_block_bytes() const;
+
+  /// One forward pass; keeps the logits of the rows with `logits` set, in row order.
+  void forward(const std::vector<AtenRow>& rows);
+  /// The token of each pick and (with sampling.return_log_probs) its log-prob under
+  /// logits / temperature (temperature 1 when greedy), copied to the host in one transfer.
+  void choose(const std::vector<AtenPick>& picks, const DecodeSampling& sampling, std::vector<int64_t>& tokens,
+              std::vector<float>& log_probs);
+  /// Copies the first `count` positions of block `from` into block `to`, every layer.
+  void copy_positions(int32_t from, int32_t to, int64_t count);
+
+ private:
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor linear(const at::Tensor& x, const torch::nn::Linear& layer) const;
+
+  models::CausalLM model_;
+  int64_t block_size_;
+  int64_t layers_, heads_, kv_heads_, head_dim_;
+  double eps_;
+  at::TensorOptions options_;  // the parameters' device and dtype
+  at::Tensor kv_;              // (layers, 2, blocks * block_size, kv_heads, head_dim)
+  int64_t blocks_ = 0;
+  at::Tensor cos_, sin_;  // (positions, head_dim) in the model's dtype
+  at::Tensor logits_;     // (rows with logits, vocab) of the last pass
+};
+
+}  // namespace hyflow::inference::decode
