@@ -1,5 +1,6 @@
 // main() of the PPO-family apps: config from defaults, INI and command line, then fit().
 #include <hyflow/core/error.hpp>
+#include <hyflow/trainer/ppo_config.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <iostream>
@@ -17,6 +18,7 @@ int run_ppo_app(int argc, char** argv, const std::string& program,
                 << config.help_text();
       return 0;
     }
+    (void)read_ppo_config(config);  // every check before anything is loaded: a config error exits 2
   } catch (const Error& e) {
     std::cerr << program << ": " << e.what() << "\n";
     return 2;
