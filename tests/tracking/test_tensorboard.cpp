@@ -48,8 +48,12 @@ struct TempDir {
 };
 
 RunInfo run_in(const fs::path& dir, int64_t resumed_step = 0) {
-  return RunInfo{.project_name = "p", .experiment_name = "e", .local_dir = dir.string(),
-                 .metrics_file = (dir / "metrics.jsonl").string(), .total_steps = 3, .resumed_step = resumed_step};
+  return RunInfo{.project_name = "p",
+                 .experiment_name = "e",
+                 .local_dir = dir.string(),
+                 .metrics_file = (dir / "metrics.jsonl").string(),
+                 .total_steps = 3,
+                 .resumed_step = resumed_step};
 }
 
 double now() {
@@ -162,8 +166,8 @@ double logged_as_double(const nlohmann::json& value) {
 TEST_CASE("crc32c matches the published CRC-32C check values") {
   CHECK(crc32c("123456789") == 0xE3069283u);
   CHECK(crc32c("") == 0u);
-  CHECK(crc32c(std::string(32, '\0')) == 0x8A9136AAu);     // RFC 3720 B.4: 32 bytes of zeros
-  CHECK(crc32c(std::string(32, '\xff')) == 0x62A8AB43u);   // 32 bytes of ones
+  CHECK(crc32c(std::string(32, '\0')) == 0x8A9136AAu);    // RFC 3720 B.4: 32 bytes of zeros
+  CHECK(crc32c(std::string(32, '\xff')) == 0x62A8AB43u);  // 32 bytes of ones
   std::string ascending, descending;
   for (int i = 0; i < 32; ++i) {
     ascending.push_back(static_cast<char>(i));
@@ -177,8 +181,8 @@ TEST_CASE("crc32c matches the published CRC-32C check values") {
 
 TEST_CASE("a framed record is length, masked CRC of the length, data, masked CRC of the data") {
   const std::string data = "hyflow event";
-  CHECK(frame_tfrecord(data) == le_bytes(data.size(), 8) + le_bytes(masked(le_bytes(data.size(), 8)), 4) + data +
-                                    le_bytes(masked(data), 4));
+  CHECK(frame_tfrecord(data) ==
+        le_bytes(data.size(), 8) + le_bytes(masked(le_bytes(data.size(), 8)), 4) + data + le_bytes(masked(data), 4));
   CHECK(parse_framing(frame_tfrecord("")) == std::vector<std::string>{""});
 }
 

@@ -66,9 +66,8 @@ void move_earlier_run(const fs::path& dir) {
 /// Opens a new event file in `dir`, never one that exists (n counts up, process-wide).
 std::FILE* open_event_file(const fs::path& dir, fs::path& file) {
   static std::atomic<int> counter{0};
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string stem = "events.out.tfevents." + std::to_string(seconds) + "." + host_name() + "." +
                            std::to_string(static_cast<long>(getpid())) + ".";
   for (int attempt = 0; attempt < 1000; ++attempt) {

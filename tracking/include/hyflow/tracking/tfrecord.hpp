@@ -24,8 +24,8 @@ std::string frame_tfrecord(std::string_view data);
 /// end: it is reported in `truncated`, and everything before it is returned.
 struct TfRecords {
   std::vector<std::string> records;
-  bool truncated = false;     ///< the file ends inside a record (a header or data cut short)
-  uint64_t valid_bytes = 0;   ///< bytes of the complete records; the tail is file size - valid_bytes
+  bool truncated = false;    ///< the file ends inside a record (a header or data cut short)
+  uint64_t valid_bytes = 0;  ///< bytes of the complete records; the tail is file size - valid_bytes
 };
 
 /// Reads every record of `path`, checking both CRCs of each. A CRC that does not match is a
