@@ -15,6 +15,7 @@ packages=(
   nlohmann-json3-dev
   libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer
   libgloo-dev
+  protobuf-compiler libprotobuf-dev  # TensorBoard event files of the tensorboard tracker (protoc at build time)
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
 )
