@@ -18,6 +18,7 @@ packages=(
   protobuf-compiler libprotobuf-dev  # TensorBoard event files of the tensorboard tracker (protoc at build time)
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
+  python3-protobuf        # test_tensorboard_python reads the event files with Python's protobuf
 )
 
 missing=()

@@ -384,3 +384,29 @@ TEST_CASE("two trackers of one process in the same second get two files") {
   CHECK(a.event_file() != b.event_file());
   CHECK(event_files(tmp.path / "tensorboard").size() == 2);
 }
+
+// The sample run that check_tensorboard.py reads with Python's protobuf (CTest runs it first, with
+// HYFLOW_TENSORBOARD_SAMPLE naming an empty folder). The values are recomputed in Python.
+TEST_CASE("writes the sample run for check_tensorboard.py", "[.python]") {
+  const char* folder = std::getenv("HYFLOW_TENSORBOARD_SAMPLE");
+  REQUIRE(folder != nullptr);
+  fs::remove_all(folder);
+  ::setenv("TENSORBOARD_DIR", folder, 1);
+  Tracking tracking({"tensorboard"}, run_in(fs::temp_directory_path()));
+  tracking.log_config({{"trainer", {{"total_training_steps", 2}}}});
+  for (int64_t step = 1; step <= 2; ++step) {
+    const double d = static_cast<double>(step);
+    tracking.log({{"actor/pg_loss", 0.1 * d + 1.0 / 3.0},
+                  {"critic/score/mean", std::nextafter(1.0, 2.0) * d},
+                  {"edge/min_subnormal", std::numeric_limits<double>::denorm_min()},
+                  {"edge/max", std::numeric_limits<double>::max()},
+                  {"edge/negative_zero", -0.0},
+                  {"count/tokens", int64_t{1} << 53},
+                  {"flag/done", step == 2},
+                  {"text/name", "skipped"}},
+                 step);
+  }
+  tracking.close();
+  ::unsetenv("TENSORBOARD_DIR");
+  CHECK(event_files(folder).size() == 1);
+}
