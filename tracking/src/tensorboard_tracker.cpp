@@ -161,9 +161,11 @@ void TensorBoardTracker::log(const nlohmann::json& metrics, int64_t step) {
     if (tags_described_.insert(tag).second)
       *value->mutable_metadata() = plugin_metadata("scalars", pb::DATA_CLASS_SCALAR);
     pb::TensorProto* tensor = value->mutable_tensor();
-    tensor->set_dtype(pb::DT_DOUBLE);
+    // float32, TensorBoard's scalar type: its data server keeps DT_FLOAT scalars only and drops
+    // DT_DOUBLE ones, so a double here would leave the default TensorBoard's charts empty.
+    tensor->set_dtype(pb::DT_FLOAT);
     tensor->mutable_tensor_shape();  // rank 0
-    tensor->add_double_val(*number);
+    tensor->add_float_val(static_cast<float>(*number));
   }
   if (summary->value_size() > 0) write_record(event.SerializeAsString());
 }

@@ -7,9 +7,9 @@
 //   counts the files this process opened), TFRecord-framed Event protos (tfrecord.hpp). The
 //   first event holds file_version "brain.Event:2".
 // - log(metrics, step): one Event per step; each number (float, integer, boolean) becomes a
-//   rank-0 DT_DOUBLE tensor with the "scalars" plugin's metadata, so the value in the file is
-//   the double that was logged, bit for bit. Other values (strings, null, lists, objects) are
-//   skipped. Every event is flushed when written: a crash loses at most the record being
+//   rank-0 DT_FLOAT tensor with the "scalars" plugin's metadata: the logged double rounded once
+//   to float32 (TensorBoard's scalar type; the exact doubles stay in metrics.jsonl). Other
+//   values (strings, null, lists, objects) are skipped. Every event is flushed when written: a crash loses at most the record being
 //   written, and a reader still gets every record before it.
 // - log_config(config): the config as indented JSON in a text summary (tag "config", the
 //   "text" plugin), at step 0.
