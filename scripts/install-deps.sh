@@ -15,8 +15,10 @@ packages=(
   nlohmann-json3-dev
   libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer
   libgloo-dev
+  protobuf-compiler libprotobuf-dev  # TensorBoard event files of the tensorboard tracker (protoc at build time)
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
+  python3-protobuf        # test_tensorboard_python reads the event files with Python's protobuf
 )
 
 missing=()

@@ -1,7 +1,7 @@
 #pragma once
-// The trackers trainer.logger can name, keyed by name: the built-ins "console", "jsonl" and
-// its verl alias "file", plus any registered by a program or plugin with one register_tracker
-// call (docs/tracking.md, "How to add a tracker").
+// The trackers trainer.logger can name, keyed by name: the built-ins "console", "jsonl", its
+// verl alias "file", and "tensorboard", plus any registered by a program or plugin with one
+// register_tracker call (docs/tracking.md, "How to add a tracker").
 
 #include <hyflow/tracking/run_info.hpp>
 #include <hyflow/tracking/tracker.hpp>
@@ -22,7 +22,7 @@ bool has_tracker(const std::string& name);
 /// Registered names in sorted order.
 std::vector<std::string> tracker_names();
 /// A new tracker of that name for the run. KeyError for an unknown name: "unknown tracker 'x'
-/// in trainer.logger; did you mean 'y'? (known: console, file, jsonl)".
+/// in trainer.logger; did you mean 'y'? (known: console, file, jsonl, tensorboard)".
 std::unique_ptr<Tracker> make_tracker(const std::string& name, const RunInfo& run);
 
 }  // namespace hyflow::tracking
