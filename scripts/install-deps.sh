@@ -17,6 +17,7 @@ packages=(
   libgloo-dev
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
+  python3-matplotlib      # scripts/hyflow-plot: the panels of a run (PNG, SVG) for /usr/bin/python3
 )
 
 missing=()
