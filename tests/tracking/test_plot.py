@@ -98,6 +98,13 @@ with tempfile.TemporaryDirectory(prefix="hyflow_plot_") as tmp:
     helped = run("--help")
     check(helped.returncode == 0 and "--title" in helped.stdout and "--output" in helped.stdout, "--help")
 
+    blocked = subprocess.run(  # a python3 without matplotlib: a message, not a traceback
+        [sys.executable, "-c", "import runpy, sys; sys.modules['matplotlib'] = None; "
+         f"sys.argv = ['hyflow-plot', {str(grpo)!r}, '-o', {str(tmp / 'blocked')!r}]; "
+         f"runpy.run_path({script!r}, run_name='__main__')"], capture_output=True, text=True, timeout=60)
+    check(blocked.returncode == 1 and "needs matplotlib" in blocked.stderr and "Traceback" not in blocked.stderr,
+          f"without matplotlib: exit {blocked.returncode}: {blocked.stderr!r}")
+
     check_error(tmp / "bad_json.jsonl", '{"step": 1}\n\n{"step": 2,\n', "bad_json.jsonl:3: not JSON")
     check_error(tmp / "no_step.jsonl", '{"step": 1, "a": 1}\n{"a": 2}\n',
                 'no_step.jsonl:2: not a metrics line: expected a JSON object with an integer "step"')
@@ -106,4 +113,4 @@ with tempfile.TemporaryDirectory(prefix="hyflow_plot_") as tmp:
 
 if failures:
     sys.exit("test_plot: " + str(len(failures)) + " failure(s):\n  " + "\n  ".join(failures))
-print("test_plot: GRPO and SFT plots, --help and 4 bad inputs checked")
+print("test_plot: GRPO and SFT plots, --help, a python3 without matplotlib and 4 bad inputs checked")
