@@ -382,17 +382,11 @@ TEST_CASE("jsonl of a run resumed at step S: the earlier run's lines after S mov
   }
 }
 
-TEST_CASE("jsonl: log_config writes <stem>.config.json beside the metrics, keeping an earlier different one") {
+TEST_CASE("jsonl: log_config writes no file (the run folder keeps the config)") {
   TempDir dir("config");
   const fs::path file = dir.path / "metrics.jsonl";
   JsonlTracker tracker(run_info(file));
-  CHECK(tracker.config_file() == dir.path / "metrics.config.json");
-  const nlohmann::json config = {{"trainer", {{"total_epochs", 1}}}};
-  tracker.log_config(config);
-  CHECK(read_text(tracker.config_file()) == config.dump(2) + "\n");
-  tracker.log_config(config);
-  CHECK_FALSE(fs::exists(tracker.config_file().string() + ".old"));  // the same config: nothing to keep
-  tracker.log_config({{"trainer", {{"total_epochs", 2}}}});
-  CHECK(read_text(tracker.config_file().string() + ".old") == config.dump(2) + "\n");
-  CHECK(nlohmann::json::parse(read_text(tracker.config_file()))["trainer"]["total_epochs"] == 2);
+  tracker.log_config({{"trainer", {{"total_epochs", 1}}}});
+  tracker.close();
+  CHECK(fs::is_empty(dir.path));
 }
