@@ -126,6 +126,8 @@ TEST_CASE("run.json: a launch's record; a resume appends; a fresh run moves the 
     write_run_folder(run_dir, sft_config(dir.path), 4);
     REQUIRE(launches(run_dir / "run.json").size() == 2);
     CHECK(launches(run_dir / "run.json")[0] == first);
+    CHECK_THAT(read_text(run_dir / "run.json"),  // a person reads it: a given key per line
+               Contains("\n        \"trainer.test_freq\": {\"source\":\"command line\",\"value\":-1},\n"));
     CHECK(launches(run_dir / "run.json")[1]["resumed_step"] == 4);
     CHECK_FALSE(fs::exists(run_dir / "config.yaml.old"));
   }
@@ -142,6 +144,14 @@ TEST_CASE("run.json: a launch's record; a resume appends; a fresh run moves the 
     CHECK(launches(run_dir / "run.json.old")[0] == first);
     CHECK(launches(run_dir / "run.json.old.1").size() == 1);
     CHECK(fs::exists(run_dir / "config.yaml.old.1"));
+  }
+  SECTION("a resume keeps fields another tool added to run.json") {
+    auto run = nlohmann::json::parse(read_text(run_dir / "run.json"));
+    run["note"] = "rerun after the disk filled";
+    std::ofstream(run_dir / "run.json", std::ios::trunc) << run.dump();
+    write_run_folder(run_dir, sft_config(dir.path), 4);
+    CHECK(nlohmann::json::parse(read_text(run_dir / "run.json"))["note"] == "rerun after the disk filled");
+    CHECK(launches(run_dir / "run.json").size() == 2);
   }
   SECTION("a resume refuses a run.json that is not a run record, and leaves it as it was") {
     std::ofstream(run_dir / "run.json", std::ios::trunc) << "[1, 2]";

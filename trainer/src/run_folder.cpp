@@ -92,6 +92,40 @@ std::string utc(std::chrono::system_clock::time_point time) {
   return text;
 }
 
+/// run.json as a person reads it: a launch's fields one per line (argv on one), the keys of
+/// config_given one per line. Still plain JSON.
+std::string run_json_text(const nlohmann::json& run) {
+  std::ostringstream os;
+  os << "{\n  \"launches\": [";
+  const auto& launches = run.at("launches");
+  for (size_t i = 0; i < launches.size(); ++i) {
+    os << (i ? ",\n" : "\n") << "    {";
+    const auto& launch = launches[i];
+    bool first = true;
+    for (const auto& [field, value] : launch.items()) {
+      os << (first ? "\n" : ",\n") << "      " << nlohmann::json(field).dump() << ": ";
+      first = false;
+      if (!value.is_object() || value.empty()) {
+        os << value.dump();
+        continue;
+      }
+      os << "{";
+      bool first_key = true;
+      for (const auto& [key, entry] : value.items()) {
+        os << (first_key ? "\n" : ",\n") << "        " << nlohmann::json(key).dump() << ": " << entry.dump();
+        first_key = false;
+      }
+      os << "\n      }";
+    }
+    os << "\n    }";
+  }
+  os << (launches.empty() ? "]" : "\n  ]");
+  for (const auto& [key, value] : run.items())  // fields another tool added: kept
+    if (key != "launches") os << ",\n  " << nlohmann::json(key).dump() << ": " << value.dump();
+  os << "\n}\n";
+  return os.str();
+}
+
 std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
@@ -160,7 +194,7 @@ void write_run_folder(const fs::path& dir, const Config& config, int64_t resumed
     fs::rename(config_file, free_path(config_file, ".old"));
   write_text_atomically(config_file, yaml);
   run["launches"].push_back(launch_record(config, resumed_step));
-  write_text_atomically(run_file, run.dump(2) + "\n");
+  write_text_atomically(run_file, run_json_text(run));
 }
 
 }  // namespace hyflow::trainer
