@@ -19,6 +19,7 @@ packages=(
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
   python3-protobuf        # test_tensorboard_python reads the event files with Python's protobuf
+  python3-matplotlib      # scripts/hyflow-plot: the panels of a run (PNG, SVG) for /usr/bin/python3
 )
 
 missing=()

@@ -182,19 +182,142 @@ TEST_CASE("logger_backends reads trainer.logger's list of names") {
   CHECK_THAT(error_of<ValueError>([&] { logger_backends("console"); }), Contains("trainer.logger"));
 }
 
-TEST_CASE("the console tracker prints format_progress's line per step") {
+TEST_CASE("format_progress: the bar, the headline figures, speed and ETA, the last validation") {
   CHECK(format_progress({{"critic/score/mean", 0.41}, {"actor/pg_loss", 0.0125}, {"timing_s/step", 2.1}}, 3, 40) ==
         "step 3/40 [=                   ] score 0.410 pg_loss 0.013 | 2.10 s/step");
   CHECK(format_progress({{"val-core/arithmetic/acc/mean@1", 0.5}}, 0, 0) ==
         "step 0/0 [                    ] val-core/arithmetic/acc/mean@1 0.500");
   CHECK(format_progress({{"train/loss", 1.5}, {"train/lr", 1e-3}, {"val/loss", 1.25}}, 4, 4) ==
         "step 4/4 [====================] loss 1.500 val/loss 1.250");
+  ProgressExtras extras{.eta_s = 3723.4,
+                        .last_validation = {{"val-core/arithmetic/acc/mean@1", 0.625}},
+                        .last_validation_step = 100};
+  CHECK(format_progress({{"critic/score/mean", 0.5}, {"timing_s/step", 0.125}, {"perf/throughput", 5321.7}}, 150,
+                        2000, extras) ==
+        "step 150/2000 [=                   ] score 0.500 | 0.12 s/step 5322 tok/s ETA 1:02:03 | "
+        "val-core/arithmetic/acc/mean@1 0.625 (step 100)");
+  SECTION("a step that validates shows its own result, not the carried one") {
+    CHECK(format_progress({{"val-core/arithmetic/acc/mean@1", 0.75}}, 200, 2000, extras) ==
+          "step 200/2000 [==                  ] val-core/arithmetic/acc/mean@1 0.750 | ETA 1:02:03");
+    CHECK(format_progress({{"val/loss", 0.5}}, 200, 2000, {.last_validation = {{"val/loss", 0.75}}}) ==
+          "step 200/2000 [==                  ] val/loss 0.500");
+  }
+}
+
+TEST_CASE("format_duration: h:mm:ss of whole seconds, '?' for what is not a duration") {
+  CHECK(format_duration(0) == "0:00:00");
+  CHECK(format_duration(59.4) == "0:00:59");
+  CHECK(format_duration(59.5) == "0:01:00");
+  CHECK(format_duration(3600 + 2 * 60 + 3) == "1:02:03");
+  CHECK(format_duration(100 * 3600) == "100:00:00");
+  CHECK(format_duration(-1) == "?");
+  CHECK(format_duration(std::nan("")) == "?");
+}
+
+namespace {
+
+/// A console tracker on a string stream with a clock the test moves.
+struct ConsoleUnderTest {
+  explicit ConsoleUnderTest(std::optional<bool> terminal, int64_t total = 4, int64_t console_every = 0,
+                            int64_t resumed_step = 0) {
+    RunInfo run = run_info();
+    run.total_steps = total;
+    run.console_every = console_every;
+    run.resumed_step = resumed_step;
+    console = std::make_unique<ConsoleTracker>(
+        run, ConsoleOptions{.out = &out, .terminal = terminal, .clock = [this] { return now; }});
+  }
+  /// The printed lines, each cut after its step counter ("step 3/40").
+  std::vector<std::string> steps() const {
+    std::vector<std::string> out_steps;
+    std::istringstream lines(out.str());
+    for (std::string line; std::getline(lines, line);) out_steps.push_back(line.substr(0, line.find(" [")));
+    return out_steps;
+  }
   std::ostringstream out;
-  ConsoleTracker console(run_info(), out);
-  console.log_config({{"trainer", {{"total_epochs", 1}}}});
-  console.log({{"train/loss", 2.0}}, 2);
-  console.close();
-  CHECK(out.str() == "step 2/4 [==========          ] loss 2.000\n");
+  double now = 1000.0;
+  std::unique_ptr<ConsoleTracker> console;
+};
+
+}  // namespace
+
+TEST_CASE("the console tracker prints format_progress's line per step on a terminal") {
+  ConsoleUnderTest t(/*terminal=*/true);
+  CHECK(t.console->console_every() == 1);
+  t.console->log_config({{"trainer", {{"total_epochs", 1}}}});
+  t.console->log({{"train/loss", 2.0}}, 2);
+  t.console->close();
+  CHECK(t.out.str() == "step 2/4 [==========          ] loss 2.000\n");
+  CHECK(ConsoleTracker(run_info(), {.out = &t.out}).console_every() == 10);  // not std::cout: no terminal
+}
+
+TEST_CASE("the console's ETA is the recent mean s/step times the steps left") {
+  ConsoleUnderTest t(/*terminal=*/true, /*total=*/100);
+  t.console->log({{"train/loss", 2.0}}, 1);  // one step: no rate yet
+  t.now += 2.0;
+  t.console->log({{"train/loss", 2.0}}, 2);  // 2 s/step, 98 steps left
+  t.now += 4.0;
+  t.console->log({{"train/loss", 2.0}}, 3);  // (2 + 4) / 2 = 3 s/step, 97 left
+  std::vector<std::string> lines;
+  std::istringstream text(t.out.str());
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "step 1/100 [                    ] loss 2.000");
+  CHECK_THAT(lines[1], Catch::Matchers::EndsWith("| ETA 0:03:16"));
+  CHECK_THAT(lines[2], Catch::Matchers::EndsWith("| ETA 0:04:51"));
+  SECTION("only the last 10 intervals count") {
+    for (int64_t step = 4; step <= 13; ++step) {
+      t.now += 1.0;
+      t.console->log({{"train/loss", 2.0}}, step);  // ten steps of 1 s: the 2 s and 4 s ones are out
+    }
+    CHECK_THAT(t.out.str(), Catch::Matchers::EndsWith("| ETA 0:01:27\n"));  // 87 steps left at 1 s
+  }
+  SECTION("the last step has no ETA") {
+    ConsoleUnderTest last(true, /*total=*/2);
+    last.console->log({{"train/loss", 2.0}}, 1);
+    last.now += 5;
+    last.console->log({{"train/loss", 1.0}}, 2);
+    CHECK(last.out.str() == "step 1/2 [==========          ] loss 2.000\nstep 2/2 [====================] loss 1.000\n");
+  }
+}
+
+TEST_CASE("the console carries the last validation over to the lines of later steps") {
+  ConsoleUnderTest t(/*terminal=*/true, /*total=*/10);
+  t.console->log({{"val-core/arithmetic/acc/mean@1", 0.25}}, 0);
+  t.console->log({{"critic/score/mean", 0.5}}, 1);
+  t.console->log({{"critic/score/mean", 0.5}, {"val-core/arithmetic/acc/mean@1", 0.5}}, 2);
+  t.console->log({{"critic/score/mean", 0.75}}, 3);
+  std::istringstream text(t.out.str());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "step 0/10 [                    ] val-core/arithmetic/acc/mean@1 0.250");
+  CHECK_THAT(lines[1], Catch::Matchers::EndsWith("| val-core/arithmetic/acc/mean@1 0.250 (step 0)"));
+  CHECK_THAT(lines[2], !Contains("(step"));
+  CHECK_THAT(lines[3], Catch::Matchers::EndsWith("| val-core/arithmetic/acc/mean@1 0.500 (step 2)"));
+}
+
+TEST_CASE("the console is quiet when not on a terminal: every 10th step, the first, validations and the last") {
+  SECTION("not a terminal: every 10th step by default") {
+    ConsoleUnderTest t(/*terminal=*/false, /*total=*/35);
+    CHECK(t.console->console_every() == 10);
+    t.console->log({{"val-core/a", 0.1}}, 0);
+    for (int64_t step = 1; step <= 35; ++step)
+      t.console->log(step == 25 ? nlohmann::json{{"val-core/a", 0.2}} : nlohmann::json{{"train/loss", 1.0}}, step);
+    CHECK(t.steps() == std::vector<std::string>{"step 0/35", "step 1/35", "step 10/35", "step 20/35", "step 25/35",
+                                                "step 30/35", "step 35/35"});
+  }
+  SECTION("trainer.console_every wins over the terminal check; a resumed run prints its first step") {
+    ConsoleUnderTest t(/*terminal=*/true, /*total=*/12, /*console_every=*/4, /*resumed_step=*/5);
+    CHECK(t.console->console_every() == 4);
+    for (int64_t step = 6; step <= 12; ++step) t.console->log({{"train/loss", 1.0}}, step);
+    CHECK(t.steps() == std::vector<std::string>{"step 6/12", "step 8/12", "step 12/12"});
+  }
+  SECTION("a terminal prints every step") {
+    ConsoleUnderTest t(/*terminal=*/true, /*total=*/3);
+    for (int64_t step = 1; step <= 3; ++step) t.console->log({{"train/loss", 1.0}}, step);
+    CHECK(t.steps() == std::vector<std::string>{"step 1/3", "step 2/3", "step 3/3"});
+  }
 }
 
 TEST_CASE("jsonl: one line per step with its step, in a file whose folders are created") {
@@ -260,17 +383,11 @@ TEST_CASE("jsonl of a run resumed at step S: the earlier run's lines after S mov
   }
 }
 
-TEST_CASE("jsonl: log_config writes <stem>.config.json beside the metrics, keeping an earlier different one") {
+TEST_CASE("jsonl: log_config writes no file (the run folder keeps the config)") {
   TempDir dir("config");
   const fs::path file = dir.path / "metrics.jsonl";
   JsonlTracker tracker(run_info(file));
-  CHECK(tracker.config_file() == dir.path / "metrics.config.json");
-  const nlohmann::json config = {{"trainer", {{"total_epochs", 1}}}};
-  tracker.log_config(config);
-  CHECK(read_text(tracker.config_file()) == config.dump(2) + "\n");
-  tracker.log_config(config);
-  CHECK_FALSE(fs::exists(tracker.config_file().string() + ".old"));  // the same config: nothing to keep
-  tracker.log_config({{"trainer", {{"total_epochs", 2}}}});
-  CHECK(read_text(tracker.config_file().string() + ".old") == config.dump(2) + "\n");
-  CHECK(nlohmann::json::parse(read_text(tracker.config_file()))["trainer"]["total_epochs"] == 2);
+  tracker.log_config({{"trainer", {{"total_epochs", 1}}}});
+  tracker.close();
+  CHECK(fs::is_empty(dir.path));
 }

@@ -150,6 +150,14 @@ TEST_CASE("metrics.jsonl: a resume drops the earlier run's steps past the checkp
   }
   CHECK(logged_steps(metrics) == std::vector<int64_t>{1, 2, 3});  // step 3 once, from the resumed run
   CHECK(logged_steps(dir.path / "metrics.jsonl.after_step_2") == std::vector<int64_t>{3});
+  // the run folder keeps both launches; the first launch's config (other keys) moved to .old
+  const auto launches = [&](const fs::path& file) { return nlohmann::json::parse(std::ifstream(file))["launches"]; };
+  REQUIRE(launches(dir.path / "run.json").size() == 2);
+  CHECK(launches(dir.path / "run.json")[0]["resumed_step"] == 0);
+  CHECK(launches(dir.path / "run.json")[1]["resumed_step"] == 2);
+  CHECK(launches(dir.path / "run.json")[0]["config_given"]["trainer.save_freq"]["value"] == 2);
+  CHECK(launches(dir.path / "run.json")[1]["config_given"]["trainer.resume_mode"]["value"] == "auto");
+  CHECK(fs::exists(dir.path / "config.yaml.old"));
   {
     Config c = config("disable");
     c.set("trainer.total_training_steps", "1");
@@ -158,6 +166,8 @@ TEST_CASE("metrics.jsonl: a resume drops the earlier run's steps past the checkp
     t.fit();
   }
   CHECK(logged_steps(metrics) == std::vector<int64_t>{1});
+  CHECK(launches(dir.path / "run.json").size() == 1);      // a fresh run: a new record,
+  CHECK(launches(dir.path / "run.json.old").size() == 2);  // the earlier run's kept
   CHECK(logged_steps(dir.path / "metrics.jsonl.old") == std::vector<int64_t>{1, 2, 3});  // kept, not appended to
 
   SECTION("a garbage data.json in the checkpoint is a FormatError naming it") {

@@ -3,12 +3,14 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/run_folder.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 using namespace hyflow;
@@ -46,7 +48,7 @@ TEST_CASE("SFT config errors name the key") {
   CHECK_THROWS_WITH(run_sft(d), Catch::Contains("optim.lr_scheduler"));
 }
 
-TEST_CASE("SFT logs through trainer.logger: the jsonl file holds the history, its config beside it") {
+TEST_CASE("SFT logs through trainer.logger: the jsonl file holds the history, the run folder its config") {
   const fs::path out = fs::temp_directory_path() / ("hyflow_sft_logger_" + std::to_string(::getpid()));
   fs::remove_all(out);
   Config c(ConfigSchema::sft);
@@ -59,7 +61,15 @@ TEST_CASE("SFT logs through trainer.logger: the jsonl file holds the history, it
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
   CHECK(lines == r.history);
-  CHECK(nlohmann::json::parse(std::ifstream(out / "sft_metrics.config.json")) == c.tree());
+  CHECK_FALSE(fs::exists(out / "sft_metrics.config.json"));  // one place for the config: the run folder
+  const auto run = nlohmann::json::parse(std::ifstream(out / "run.json"));
+  REQUIRE(run["launches"].size() == 1);
+  CHECK(run["launches"][0]["config_given"]["trainer.total_training_steps"] ==
+        nlohmann::json({{"value", 3}, {"source", "command line"}}));
+  std::ostringstream yaml;
+  yaml << std::ifstream(out / "config.yaml").rdbuf();
+  CHECK(yaml.str() == config_yaml(c));
+  CHECK_THAT(yaml.str(), Catch::Contains("  total_training_steps: 3") && Catch::Contains("# command line\n"));
   fs::remove_all(out);
 
   Config d(ConfigSchema::sft);

@@ -3,7 +3,6 @@
 #include <hyflow/tracking/jsonl_tracker.hpp>
 
 #include <iostream>
-#include <sstream>
 
 namespace hyflow::tracking {
 
@@ -29,13 +28,6 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   write_text(tmp, text);
   fs::rename(tmp, path);
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 /// A fresh run moves the earlier run's file aside; a run resumed at step S moves the lines the
@@ -72,18 +64,7 @@ JsonlTracker::JsonlTracker(const RunInfo& run) : file_(run.metrics_file) {
   settle_earlier_run(file_, run.resumed_step);
 }
 
-fs::path JsonlTracker::config_file() const {
-  fs::path config = file_;
-  return config.replace_extension(".config.json");
-}
-
-void JsonlTracker::log_config(const nlohmann::json& config) {
-  const fs::path path = config_file();
-  const std::string text = config.dump(2) + "\n";
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  if (fs::exists(path) && read_text(path) != text) fs::rename(path, free_path(path, ".old"));
-  write_text_atomically(path, text);
-}
+void JsonlTracker::log_config(const nlohmann::json&) {}
 
 void JsonlTracker::log(const nlohmann::json& metrics, int64_t step) {
   if (!out_.is_open()) {

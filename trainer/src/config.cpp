@@ -77,6 +77,10 @@ std::vector<ConfigKey> make_sft_keys() {
       key("trainer.experiment_name", T::string, "sft", "experiment (given to the trackers)"),
       key("trainer.logger", T::list, Json::array({"console", "jsonl"}),
           "trackers: console | jsonl (verl: file) | a registered one (docs/tracking.md)"),
+      at_least(1, "trainer.console_every", kNull,
+               "hyflow: the console tracker prints every Nth step (null: 1 on a terminal, 10 into a pipe or "
+               "file); the first, validation and last steps always",
+               true),
       key("trainer.metrics_file", T::string, kNull,
           "the jsonl tracker's file (null: {default_local_dir}/sft_metrics.jsonl)", true),
   };
@@ -222,8 +226,18 @@ Json parse_config_value(const ConfigKey& k, const std::string& raw) {
   bad_value(k, raw);
 }
 
+std::string KeySource::describe() const {
+  switch (kind) {
+    case Kind::key_default: return "default";
+    case Kind::program: return "program";
+    case Kind::file: return "file " + file;
+    case Kind::command_line: return "command line";
+  }
+  return "?";
+}
+
 Config::Config(ConfigSchema schema) : schema_(schema) {
-  for (const auto& k : config_keys(schema)) values_.emplace_back(k.name, k.default_value);
+  for (const auto& k : config_keys(schema)) values_.push_back({k.name, k.default_value, {}});
 }
 
 const ConfigKey& Config::key_info(const std::string& name) const {
@@ -233,18 +247,25 @@ const ConfigKey& Config::key_info(const std::string& name) const {
 }
 
 void Config::set(const std::string& name, const std::string& text) {
-  set_json(name, parse_config_value(key_info(name), text));
+  assign(name, parse_config_value(key_info(name), text), {.kind = KeySource::Kind::program});
 }
 
 void Config::set_json(const std::string& name, const Json& value) {
+  assign(name, value, {.kind = KeySource::Kind::program});
+}
+
+void Config::assign(const std::string& name, const Json& value, KeySource source) {
   const ConfigKey& k = key_info(name);
   const bool ok = (value.is_null() && k.nullable) || (k.type == T::integer && value.is_number_integer()) ||
                   (k.type == T::number && value.is_number()) || (k.type == T::boolean && value.is_boolean()) ||
                   (k.type == T::string && value.is_string()) || (k.type == T::list && value.is_array());
   if (!ok) bad_value(k, value.dump());
   if (!value.is_null()) checked(k, value);
-  for (auto& [n, v] : values_)
-    if (n == name) v = (k.type == T::number && !value.is_null()) ? Json(value.get<double>()) : value;
+  for (auto& v : values_)
+    if (v.name == name) {
+      v.value = (k.type == T::number && !value.is_null()) ? Json(value.get<double>()) : value;
+      v.source = std::move(source);
+    }
 }
 
 namespace {
@@ -274,7 +295,8 @@ void Config::load_ini(const std::string& path) {
   for (const auto& opt : parsed.options) {
     if (opt.value.empty()) continue;
     try {
-      set(opt.string_key, opt.value.front());
+      assign(opt.string_key, parse_config_value(key_info(opt.string_key), opt.value.front()),
+             {.kind = KeySource::Kind::file, .file = path});
     } catch (const Error& e) {
       throw ValueError(std::string(e.what()) + " (in " + path + ")");
     }
@@ -307,15 +329,29 @@ bool Config::apply_arguments(const std::vector<std::string>& args) {
   for (const auto& opt : parsed.options) {
     if (opt.string_key == "help" || opt.string_key == "config") continue;
     if (opt.value.empty()) throw ValueError("config key '" + opt.string_key + "' needs a value (--key=value)");
-    set(opt.string_key, opt.value.front());
+    assign(opt.string_key, parse_config_value(key_info(opt.string_key), opt.value.front()),
+           {.kind = KeySource::Kind::command_line});
   }
   return help;
 }
 
 const Json& Config::get(const std::string& name) const {
-  for (const auto& [n, v] : values_)
-    if (n == name) return v;
+  for (const auto& v : values_)
+    if (v.name == name) return v.value;
   throw KeyError("unknown config key '" + name + "'");
+}
+
+const KeySource& Config::source(const std::string& name) const {
+  for (const auto& v : values_)
+    if (v.name == name) return v.source;
+  throw KeyError("unknown config key '" + name + "'");
+}
+
+std::vector<std::string> Config::keys() const {
+  std::vector<std::string> names;
+  names.reserve(values_.size());
+  for (const auto& v : values_) names.push_back(v.name);
+  return names;
 }
 
 int64_t Config::get_int(const std::string& name) const {
@@ -350,9 +386,9 @@ Json::json_pointer pointer_of(const std::string& dotted) {
 
 Json Config::tree(bool drop_nulls) const {
   Json out = Json::object();
-  for (const auto& [name, v] : values_) {
-    if (drop_nulls && v.is_null()) continue;
-    out[pointer_of(name)] = v;
+  for (const auto& v : values_) {
+    if (drop_nulls && v.value.is_null()) continue;
+    out[pointer_of(v.name)] = v.value;
   }
   return out;
 }

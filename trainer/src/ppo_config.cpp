@@ -203,6 +203,10 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   s.read(
       "logger", t.logger,
       {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file (docs/tracking.md)"});
+  s.read("console_every", t.console_every,
+         {.help = "hyflow: the console tracker prints every Nth step (null: 1 on a terminal, 10 into a pipe or "
+                  "file); the first, validation and last steps always",
+          .minimum = 1});
   s.read("nnodes", t.nnodes, {.help = "nodes", .minimum = 1});
   s.read("n_gpus_per_node", t.n_gpus_per_node, {.help = "workers per node", .minimum = 1});
   s.read("save_freq", t.save_freq, {.help = "save every N steps (-1: never)", .minimum = -1});

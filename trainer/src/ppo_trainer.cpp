@@ -2,7 +2,8 @@
 // step order lives beside it: the config sections (ppo_config.cpp), the role table
 // (worker_roles.cpp), placement (placement.cpp), the asynchronous generation pipeline
 // (async_pipeline.cpp), the data position (data_cursor.cpp), the checkpoint folders
-// (trainer_checkpoint.cpp) and the trackers (hyflow/tracking).
+// (trainer_checkpoint.cpp), the run folder's record (run_folder.cpp) and the trackers
+// (hyflow/tracking).
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/algos/rollout_correction.hpp>
@@ -13,6 +14,7 @@
 #include <hyflow/trainer/placement.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
+#include <hyflow/trainer/run_folder.hpp>
 #include <hyflow/workers/all.hpp>
 
 #include "async_pipeline.hpp"
@@ -36,6 +38,7 @@ using workers::CriticWorker;
 using workers::RewardModelWorker;
 
 struct PPOTrainer::Impl {
+  Config config;     // with each key's source, for the run folder
   Json config_tree;  // the resolved config, as trackers log it
   PPOConfig cfg;
   int64_t n = 1, world = 1, total_steps = 0;
@@ -55,7 +58,7 @@ struct PPOTrainer::Impl {
   std::unique_ptr<AsyncPipeline> pipeline;  // trainer.v1 colocate_async / separate_async
   std::vector<nlohmann::json> history;
 
-  explicit Impl(const Config& c) : config_tree(c.tree()), cfg(read_ppo_config(c)) {}
+  explicit Impl(const Config& c) : config(c), config_tree(c.tree()), cfg(read_ppo_config(c)) {}
   void setup();
   std::pair<DataProto, DataProto> prepare_generation(const std::vector<int64_t>& indices,
                                                      const std::string& uid_prefix);
@@ -447,12 +450,14 @@ void PPOTrainer::fit() {
   Impl& s = *impl_;
   const auto& t = s.cfg.trainer;
   int64_t global_step = s.load_checkpoint();
+  write_run_folder(t.local_dir(), s.config, global_step);
   tracking::Tracking tracker(t.logger, {.project_name = t.project_name,
                                         .experiment_name = t.experiment_name,
                                         .local_dir = t.local_dir(),
                                         .metrics_file = t.metrics_file.value_or(t.local_dir() + "/metrics.jsonl"),
                                         .total_steps = s.total_steps,
-                                        .resumed_step = global_step});
+                                        .resumed_step = global_step,
+                                        .console_every = t.console_every.value_or(0)});
   tracker.log_config(s.config_tree);
   auto log = [&](nlohmann::json metrics, int64_t step) {
     tracker.log(metrics, step);

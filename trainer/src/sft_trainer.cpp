@@ -8,6 +8,7 @@
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/run_folder.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -164,13 +165,15 @@ SFTResult run_sft(const Config& c) {
   const std::string out_dir = c.get_string("trainer.default_local_dir");
   const std::string metrics_file =
       c.is_null("trainer.metrics_file") ? out_dir + "/sft_metrics.jsonl" : c.get_string("trainer.metrics_file");
-  std::filesystem::create_directories(out_dir);
-  tracking::Tracking tracking(tracking::logger_backends(c.get("trainer.logger")),
-                              tracking::RunInfo{.project_name = c.get_string("trainer.project_name"),
-                                                .experiment_name = c.get_string("trainer.experiment_name"),
-                                                .local_dir = out_dir,
-                                                .metrics_file = metrics_file,
-                                                .total_steps = total});
+  write_run_folder(out_dir, c, /*resumed_step=*/0);  // SFT does not resume: each launch is a fresh run
+  tracking::Tracking tracking(
+      tracking::logger_backends(c.get("trainer.logger")),
+      tracking::RunInfo{.project_name = c.get_string("trainer.project_name"),
+                        .experiment_name = c.get_string("trainer.experiment_name"),
+                        .local_dir = out_dir,
+                        .metrics_file = metrics_file,
+                        .total_steps = total,
+                        .console_every = c.is_null("trainer.console_every") ? 0 : c.get_int("trainer.console_every")});
   tracking.log_config(c.tree());
 
   SFTResult result;

@@ -9,8 +9,8 @@
 //   the earlier run after its last checkpoint, which this run takes again) to
 //   `<file>.after_step_S` (numbered the same way); the file is rewritten atomically.
 // A line that is not a JSON object with an integer "step" is a FormatError naming file:line.
-// log_config writes the config beside the file as `<file stem>.config.json` (metrics.jsonl ->
-// metrics.config.json); an existing one with other contents is moved to `.old` first.
+// The config is not written here: the trainers record it, with each key's source, in the run
+// folder's config.yaml and run.json (docs/observing.md), one place for it.
 
 #include <hyflow/tracking/run_info.hpp>
 #include <hyflow/tracking/tracker.hpp>
@@ -24,6 +24,7 @@ class JsonlTracker : public Tracker {
  public:
   /// Settles the earlier run's file (above); ValueError when RunInfo::metrics_file is empty.
   explicit JsonlTracker(const RunInfo& run);
+  /// Writes nothing: the run folder keeps the config (above).
   void log_config(const nlohmann::json& config) override;
   /// Appends the line (parent folders created on the first one) and flushes it.
   void log(const nlohmann::json& metrics, int64_t step) override;
@@ -31,8 +32,6 @@ class JsonlTracker : public Tracker {
   void close() override;
 
   const std::filesystem::path& metrics_file() const { return file_; }
-  /// `<file stem>.config.json` beside the metrics file.
-  std::filesystem::path config_file() const;
 
  private:
   std::filesystem::path file_;

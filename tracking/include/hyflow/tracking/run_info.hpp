@@ -13,6 +13,8 @@ struct RunInfo {
   std::string metrics_file;     ///< the JSONL metrics path (trainer.metrics_file, resolved)
   int64_t total_steps = 0;      ///< steps the run will train
   int64_t resumed_step = 0;     ///< the checkpoint step the run resumes from; 0: a fresh run
+  /// trainer.console_every: the console prints every Nth step; 0: 1 on a terminal, 10 elsewhere.
+  int64_t console_every = 0;
 };
 
 }  // namespace hyflow::tracking

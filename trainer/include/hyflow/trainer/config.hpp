@@ -29,23 +29,37 @@ enum class ConfigSchema { ppo, sft };
 /// actor_rollout_ref, critic and reward_model sections; SFT: verl's sft_trainer keys).
 const std::vector<ConfigKey>& config_keys(ConfigSchema schema);
 
+/// Where the value of a key came from; the run folder marks every key with it (docs/observing.md).
+struct KeySource {
+  enum class Kind { key_default, program, file, command_line };
+  Kind kind = Kind::key_default;
+  std::string file;  ///< the INI file, for Kind::file
+  /// "default", "program", "file <path>", "command line".
+  std::string describe() const;
+};
+
 class Config {
  public:
   explicit Config(ConfigSchema schema = ConfigSchema::ppo);
 
-  /// Reads an INI file; each "key = value" inside "[section]" sets "section.key".
+  /// Reads an INI file; each "key = value" inside "[section]" sets "section.key" (source: the file).
   /// Unknown keys: KeyError naming the key and the file; bad values: ValueError.
   void load_ini(const std::string& path);
-  /// "--key=value" (or "--key value") arguments; "--config=<ini>" loads a file first.
-  /// Returns true when "--help" was given.
+  /// "--key=value" (or "--key value") arguments (source: the command line); "--config=<ini>" loads
+  /// a file first. Returns true when "--help" was given.
   bool apply_arguments(const std::vector<std::string>& args);
-  /// Sets one key from its text form (parsed by the key's type).
+  /// Sets one key from its text form (parsed by the key's type); source: the program.
   void set(const std::string& key, const std::string& text);
-  /// Sets one key from JSON (checked against the key's type).
+  /// Sets one key from JSON (checked against the key's type); source: the program.
   void set_json(const std::string& key, const Json& value);
 
   /// The value of a key (KeyError if unknown).
   const Json& get(const std::string& key) const;
+  /// Where the value of a key came from: the last of default, program, file and command line that
+  /// set it, even to the default's value (KeyError if unknown).
+  const KeySource& source(const std::string& key) const;
+  /// The key names in table order.
+  std::vector<std::string> keys() const;
   bool is_null(const std::string& key) const { return get(key).is_null(); }
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
@@ -63,9 +77,15 @@ class Config {
   ConfigSchema schema() const { return schema_; }
 
  private:
+  struct Value {
+    std::string name;
+    Json value;
+    KeySource source;
+  };
   const ConfigKey& key_info(const std::string& key) const;
+  void assign(const std::string& key, const Json& value, KeySource source);
   ConfigSchema schema_;
-  std::vector<std::pair<std::string, Json>> values_;  // in table order
+  std::vector<Value> values_;  // in table order
 };
 
 /// Parses text for a key type; ValueError naming `key` on a bad value.

@@ -114,6 +114,7 @@ struct TrainerSection {
   std::string project_name = "hyflow";
   std::string experiment_name = "run";
   std::vector<std::string> logger{"console", "jsonl"};  ///< trackers (hyflow/tracking)
+  std::optional<int64_t> console_every;  ///< console line every N steps; unset: 1 on a terminal, else 10
   int64_t nnodes = 1;
   int64_t n_gpus_per_node = 1;
   int64_t save_freq = -1;
