@@ -2,7 +2,8 @@
 // timeline of step 2 only, and a validator checks it against the Chrome trace-event format:
 // events well formed, every track named, spans nested or disjoint on each track, each call's
 // dispatch and collect inside its phase and call, each worker's execution inside the call, and
-// the phases of the step summing to timing_s/step. Also the recorder alone and the key's errors.
+// the phases of the step summing to timing_s/step; the same for separate_async (a rollout group
+// of its own). Also the recorder alone, the key's errors and the validator's own failures.
 #include "ppo_test_fixture.hpp"
 
 #include <hyflow/actors/call_trace.hpp>
@@ -211,6 +212,41 @@ TEST_CASE("trainer.profile_steps=[2]: step 2's timeline is a valid trace whose p
   }
   INFO("phases sum to " << sum << " us of the step's " << step_us << " us");
   CHECK(std::abs(sum - step_us) <= 0.05 * step_us);
+}
+
+TEST_CASE("separate_async: the rollout group's workers have tracks, spans stay nested, phases sum to the step") {
+  TempDir out("timeline_async");
+  Config c = small_config("grpo", out.path);
+  c.set("trainer.v1.trainer_mode", "separate_async");
+  c.set("trainer.v1.separate_async.num_warmup_batches", "1");
+  c.set("actor_rollout_ref.rollout.n_gpus_per_node", "1");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  c.set("trainer.profile_steps", "[2]");
+  PPOTrainer trainer(c);
+  trainer.init_workers();
+  trainer.fit();
+  const Timeline tl = validate_format(read_json(out.path / "timeline" / "step_2.trace.json"));
+  for (const auto& [name, spans] : tl.tracks) require_nested(name, spans);
+  for (const char* track :
+       {"controller", "Colocated rank 0", "Colocated rank 1", "rollout_ActorRolloutRefWorker rank 0"})
+    CHECK(tl.tracks.count(track));
+  const auto& ctl = tl.tracks.at("controller");
+  const auto step = std::find_if(ctl.begin(), ctl.end(), [](const Span& s) { return s.cat == "step"; });
+  REQUIRE(step != ctl.end());
+  std::set<std::string> phases;
+  double sum = 0;
+  for (const auto& s : ctl)
+    if (s.cat == "phase" && step->contains(s) && !innermost(ctl, s, "phase")) {
+      phases.insert(s.name);
+      sum += s.dur;
+    }
+  for (const char* p : {"gen", "reward", "old_log_prob", "update_actor", "update_weights"}) {
+    INFO(p);
+    CHECK(phases.count(p));
+  }
+  INFO("phases sum to " << sum << " us of the step's " << step->dur << " us");
+  CHECK(std::abs(sum - step->dur) <= 0.05 * step->dur);
 }
 
 TEST_CASE("trainer.profile_steps must be a list of global steps, checked when the config is read") {
