@@ -149,17 +149,14 @@ ThreadTrack::~ThreadTrack() {
   if (set_) thread_track = previous_;
 }
 
-TraceSpan::TraceSpan(std::string_view category, std::string_view name, std::string_view suffix)
-    : trace_(CallTrace::active()) {
-  if (!trace_) return;
+void TraceSpan::begin(std::string_view category, std::string_view name, std::string_view suffix) {
   category_ = category;
   name_.reserve(name.size() + suffix.size());
   name_.append(name).append(suffix);
   start_ = CallTrace::Clock::now();
 }
 
-void TraceSpan::end() {
-  if (!trace_) return;
+void TraceSpan::finish() {
   trace_->add(std::move(name_), std::move(category_), start_, CallTrace::Clock::now());
   trace_ = nullptr;
 }

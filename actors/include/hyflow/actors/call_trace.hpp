@@ -115,14 +115,21 @@ class ThreadTrack {
 /// `name` + `suffix`; when no recorder is active it costs one atomic load and copies nothing.
 class TraceSpan {
  public:
-  TraceSpan(std::string_view category, std::string_view name, std::string_view suffix = {});
+  TraceSpan(std::string_view category, std::string_view name, std::string_view suffix = {})
+      : trace_(CallTrace::active()) {
+    if (trace_) begin(category, name, suffix);
+  }
   ~TraceSpan() { end(); }
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
   /// Ends the span now (once).
-  void end();
+  void end() {
+    if (trace_) finish();
+  }
 
  private:
+  void begin(std::string_view category, std::string_view name, std::string_view suffix);
+  void finish();
   CallTrace* trace_;
   std::string category_, name_;
   CallTrace::Clock::time_point start_{};
