@@ -6,6 +6,7 @@
 #include "worker_actor.hpp"
 
 #include <hyflow/actors/caf_inspect.hpp>
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/actors/payload_transfer.hpp>
 
 #include <caf/all.hpp>
@@ -155,6 +156,7 @@ bool receive_remote(collector_actor* self, const std::shared_ptr<PendingCall>& c
   auto result = std::make_shared<Value>(std::move(v));
   auto pull = [call, i, rank, transfer, label = rank_label(self->state, rank), result, job = self->state.job] {
     try {
+      TraceSpan span("transfer", call->method, " transfer in");
       transfer->import_handles(*result, job);
       call->deliver(i, std::move(*result));
     } catch (const std::exception& e) {
@@ -178,6 +180,7 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
   const bool remote = st.workers[static_cast<size_t>(rank)].node() != self->node();
   if (remote) {
     try {  // resolved futures become plain values for the wire; large DataProtos go by data plane
+      TraceSpan span("transfer", call->method, " transfer out");
       for (auto& a : args)
         if (a.is_future()) a = a.materialized();
       const auto transfer = payload_transfer();
@@ -190,9 +193,15 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
       return;
     }
   }
+  // The step timeline: a remote worker's execution as this process sees it (an in-process
+  // worker records its own, call_trace.hpp); its clock is not ours.
+  const auto sent = remote && CallTrace::active() ? CallTrace::Clock::now() : CallTrace::Clock::time_point{};
   self->request(st.workers[static_cast<size_t>(rank)], caf::infinite, call_atom::value, call->method, std::move(args))
       .then(
-          [self, id, call, i, rank, remote](Value& v) {
+          [self, id, call, i, rank, remote, sent](Value& v) {
+            if (auto* trace = CallTrace::active(); trace && remote && sent != CallTrace::Clock::time_point{})
+              trace->add_observed(CallTrace::worker_track(self->state.names[static_cast<size_t>(rank)], rank),
+                                  call->method, "execute (observed)", sent, CallTrace::Clock::now());
             if (!remote || !receive_remote(self, call, i, rank, v)) call->deliver(i, std::move(v));
             if (call->done()) self->state.calls.erase(id);
           },

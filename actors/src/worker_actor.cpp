@@ -5,6 +5,7 @@
 
 #include <hyflow/actors/caf_inspect.hpp>
 #include <hyflow/actors/caf_protocol.hpp>
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/actors/payload_transfer.hpp>
 #include <hyflow/actors/worker_host.hpp>
 
@@ -77,6 +78,11 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
       [=](call_atom, const std::string& method, std::vector<Value>& args) -> caf::result<Value> {
         auto& st = self->state;
         if (!st.created.worker) return make_error(errc::method_failed, "Error", "worker is not initialized");
+        // The step timeline: this call's execution on this worker's track (when this process
+        // records; the controller's clock, since it is this process's).
+        const ThreadTrack track =
+            CallTrace::active() ? ThreadTrack(CallTrace::worker_track(st.env.name, st.env.rank)) : ThreadTrack();
+        TraceSpan span("execute", method);
         try {
           const MethodEntry& entry = st.created.table->at(method, st.spec.type);
           // Large DataProtos to and from another process travel over the data plane.

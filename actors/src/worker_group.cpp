@@ -1,5 +1,6 @@
 // The call pipeline: dispatch -> execute -> await or future -> collect -> un-pad. Plain C++;
 // the transport (CAF) only carries per-rank calls and reports answers and failures.
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/worker_group.hpp>
 #include <hyflow/core/net.hpp>
@@ -143,7 +144,11 @@ GroupView::Prepared GroupView::prepare(const std::string& method, std::vector<Va
   return p;
 }
 
+// The step timeline (call_trace.hpp): the call, its dispatch (split, pad, submit to the transport)
+// and its collect (wait for every rank, concat, un-pad) on the caller's track.
 Value GroupView::call(const std::string& method, std::vector<Value> args, const CallOptions& options) {
+  TraceSpan whole("call", method);
+  TraceSpan dispatch("dispatch", method, " dispatch");
   Prepared p = prepare(method, std::move(args), options);
   auto fns = p.fns;
   auto exec = p.exec;
@@ -153,6 +158,7 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
     if (p.returns_dataproto) {
       DataProtoPromise promise;
       p.pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+        TraceSpan collect("collect", c.method, " collect");
         try {
           promise.set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()).dataproto());
         } catch (...) {
@@ -164,6 +170,7 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
     }
     ValuePromise promise;
     p.pending->on_complete = [self = shared_from_this(), fns, exec, padding, promise](PendingCall& c) {
+      TraceSpan collect("collect", c.method, " collect");
       try {
         promise.set_value(finish(*self, *fns, *exec, c.take_outputs(), padding->load()));
       } catch (...) {
@@ -180,6 +187,8 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
                             "collector); make it non-blocking (CallOptions{.blocking = false}) or use call_then");
   const auto t1 = Clock::now();
   core->transport->submit(p.pending);
+  dispatch.end();
+  TraceSpan collect("collect", method, " collect");
   p.pending->wait();
   const double execute_us = us_since(t1);
   const auto t2 = Clock::now();
@@ -193,16 +202,19 @@ Value GroupView::call(const std::string& method, std::vector<Value> args, const 
 void GroupView::call_then(const std::string& method, std::vector<Value> args, std::function<void(Value)> on_value,
                           std::function<void(std::exception_ptr)> on_error, const CallOptions& options) {
   if (!on_value || !on_error) throw ValueError("call_then of '" + method + "': empty handler");
+  TraceSpan dispatch("dispatch", method, " dispatch");
   Prepared p = prepare(method, std::move(args), options);
   p.pending->on_complete = [self = shared_from_this(), fns = p.fns, exec = p.exec, padding = p.padding,
                             on_value = std::move(on_value), on_error = std::move(on_error)](PendingCall& c) {
     std::exception_ptr error;
     Value result;
+    TraceSpan collect("collect", c.method, " collect");
     try {
       result = finish(*self, *fns, *exec, c.take_outputs(), padding->load());
     } catch (...) {
       error = std::current_exception();
     }
+    collect.end();
     try {
       if (error) on_error(error);
       else on_value(std::move(result));

@@ -1,9 +1,11 @@
 // The PPO trainer with its workers on caf-node processes (cluster.nodes): the same 2-step GRPO
 // run placed on 2 nodes of 1 worker each gives the metrics of the in-process run with 2
-// workers (also in separate_async mode, the rollout group on a node of its own ranks), and a
-// node that is not listening is an error naming it.
+// workers (also in separate_async mode, the rollout group on a node of its own ranks), a node
+// that is not listening is an error naming it, and the step timeline shows each remote worker's
+// calls as the controller observed them.
 #include "node_process.hpp"
 #include "ppo_test_fixture.hpp"
+#include "trace_validator.hpp"
 
 #include <hyflow/cluster/all.hpp>
 #include <hyflow/cluster/data_plane.hpp>
@@ -93,6 +95,42 @@ TEST_CASE("separate_async with its groups on 2 caf-nodes (weights through the da
         CHECK(remote[i].at(k) == v);
     }
   }
+}
+
+TEST_CASE("trainer.profile_steps on 2 caf-nodes: each remote worker's calls as observed, inside the controller's") {
+  using namespace trace_test;
+  TempDir out("timeline_cluster");
+  test::NodeProcess a, b;
+  Config c = small_config("grpo", out.path);
+  c.set("trainer.nnodes", "2");
+  c.set("trainer.n_gpus_per_node", "1");
+  c.set("cluster.nodes", a.address() + "," + b.address());
+  c.set("trainer.total_training_steps", "1");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  c.set("trainer.profile_steps", "[1]");
+  PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  const Timeline tl = validate_format(read_json(out.path / "timeline" / "step_1.trace.json"));
+  const auto& ctl = tl.tracks.at("controller");
+  int remote_tracks = 0;
+  for (const auto& [name, spans] : tl.tracks) {
+    require_nested(name, spans);
+    if (name.rfind("controller", 0) == 0) continue;
+    ++remote_tracks;
+    INFO(name);
+    CHECK(spans.size() >= 4);  // generate, old and ref log-probs, update
+    for (size_t i = 0; i < spans.size(); ++i) {
+      INFO(spans[i].name);
+      CHECK(spans[i].cat == "execute (observed)");                 // the caf-node process records nothing itself
+      if (i > 0) CHECK(spans[i].ts >= spans[i - 1].end() - kEps);  // one call at a time
+      CHECK(std::any_of(ctl.begin(), ctl.end(), [&](const Span& call) {
+        return call.cat == "call" && call.contains(spans[i]) && ends_with(spans[i].name, call.name);
+      }));
+    }
+  }
+  CHECK(remote_tracks == 2);
 }
 
 TEST_CASE("cluster.nodes naming a closed port fails with the node's address") {

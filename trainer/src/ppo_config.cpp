@@ -227,9 +227,18 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   s.read("call_timeout_s", t.call_timeout_s,
          {.help = "fail a worker call not answered within this many seconds, naming the late ranks (0: wait forever)",
           .minimum = 0});
+  std::optional<std::vector<nlohmann::json>> profile_steps;
+  s.read("profile_steps", profile_steps,
+         {.help = "global steps whose step timeline (Chrome trace JSON) is written to "
+                  "{default_local_dir}/timeline/step_N.trace.json, e.g. [2,5] (null or []: none; docs/profiling.md)"});
   read_async(s.sub("v1"), async_training, async);
   s.finish();
   if (s.describing()) return;
+  for (const auto& step : profile_steps.value_or(std::vector<nlohmann::json>{})) {
+    require_config(step.is_number_integer() && step.get<int64_t>() >= 1, s.key_path("profile_steps"),
+                   "a list of global steps (integers >= 1) or null", *profile_steps);
+    t.profile_steps.push_back(step.get<int64_t>());
+  }
   require_one_of(t.resume_mode, {"disable", "auto", "resume_path"}, s.key_path("resume_mode"), t.resume_mode);
   if (t.resume_mode == "resume_path") {
     if (!t.resume_from_path)

@@ -4,6 +4,7 @@
 // (async_pipeline.cpp), the data position (data_cursor.cpp), the checkpoint folders
 // (trainer_checkpoint.cpp), the run folder's record (run_folder.cpp) and the trackers
 // (hyflow/tracking).
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/algos/rollout_correction.hpp>
@@ -23,6 +24,7 @@
 #include "trainer_metrics.hpp"
 #include "validation.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -51,6 +53,7 @@ struct PPOTrainer::Impl {
   std::unique_ptr<DataCursor> data;
   std::unique_ptr<RewardManager> reward_fn, val_reward_fn;
 
+  std::unique_ptr<actors::CallTrace> timeline;  // trainer.profile_steps; before placement: outlives the workers
   std::unique_ptr<Placement> placement;  // before the pipeline: destroyed after it
   WorkerGroup* actor = nullptr;
   WorkerGroup* critic = nullptr;
@@ -143,6 +146,7 @@ void PPOTrainer::Impl::setup() {
   ropt.num_examine = 1;
   val_reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
 
+  if (!t.profile_steps.empty()) timeline = std::make_unique<actors::CallTrace>();
   placement = std::make_unique<Placement>(ppo_roles(cfg, total_steps), ppo_pools(cfg), cfg.trainer, cfg.cluster);
   actor = &placement->group("actor_rollout_ref");
   critic = placement->find("critic");
@@ -177,14 +181,18 @@ DataProto PPOTrainer::Impl::with_rollout(DataProto batch, const DataProto& gen_o
 /// Prompts -> uid -> rollout.n samples each -> response_mask (ReMax: greedy baselines).
 DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const std::string& uid_prefix,
                                      nlohmann::json& m) {
+  actors::TraceSpan prepare_span("phase", "prepare_batch");  // timeline only, as the other untimed parts
   auto [batch, gen_batch] = prepare_generation(indices, uid_prefix);
+  prepare_span.end();
   DataProto gen_out;
   {
     Timer t(m, "gen");
     gen_out = actor->call(&ActorRolloutRefWorker::generate_sequences, gen_batch);
   }
+  actors::TraceSpan repeat_span("phase", "repeat_batch");
   record_rollout_handoff(gen_out.meta_info, m);
   batch = batch.repeat(n, /*interleave=*/true);
+  repeat_span.end();
   std::optional<at::Tensor> reward_baselines;
   if (algo.adv_estimator == "remax") {
     Timer t(m, "gen_max");
@@ -194,12 +202,14 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
     greedy.union_with(batch);
     reward_baselines = (*reward_fn)(greedy).reward_tensor.sum(-1);
   }
+  actors::TraceSpan union_span("phase", "union_rollout");
   batch = with_rollout(std::move(batch), gen_out);
   if (reward_baselines) batch.batch.set("reward_baselines", *reward_baselines);
   return batch;
 }
 
 void PPOTrainer::Impl::balance_and_count(DataProto& batch, nlohmann::json& m) {
+  actors::TraceSpan span("phase", "balance_batch");
   if (cfg.trainer.balance_batch) balance_batch(batch, world, m);
   const auto seq_tokens = batch.batch.at("attention_mask").sum(-1);
   batch.meta_info["global_token_num"] =
@@ -309,7 +319,10 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     // actor's (computed whenever the rollout returned its log-probs)
     if (batch.batch.contains("rollout_log_probs")) m.update(rollout_probs_diff_metrics(batch));
   }
-  m.update(rc::apply_rollout_correction(batch, correction));
+  {
+    actors::TraceSpan span("phase", "rollout_correction");
+    m.update(rc::apply_rollout_correction(batch, correction));
+  }
   if (use_kl) {
     Timer t(m, "ref");
     DataProto ref = actor->call(&ActorRolloutRefWorker::compute_ref_log_prob, batch);
@@ -354,7 +367,9 @@ nlohmann::json PPOTrainer::Impl::train(DataProto& batch, int64_t global_step, in
     for (const auto& [k, v] : algos::metric_utils::reduce_metrics(out.meta_info.at("metrics"))) m[k] = v;
   }
   if (pipeline) pipeline->after_actor_update(global_step, m);  // the weights the next batches generate on
-  m["timing_s/step"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  const auto step_end = std::chrono::steady_clock::now();
+  m["timing_s/step"] = std::chrono::duration<double>(step_end - step_start).count();
+  if (auto* trace = actors::CallTrace::active()) trace->add("step", "step", step_start, step_end);
   std::map<std::string, double> timing_raw;
   for (const auto& [k, v] : m.items())
     if (k.rfind("timing_s/", 0) == 0) timing_raw[k.substr(9)] = v.get<double>();
@@ -475,6 +490,16 @@ void PPOTrainer::fit() {
   }
   if (s.pipeline) s.pipeline->start(global_step);
   while (global_step < s.total_steps) {
+    // trainer.profile_steps: this step's timeline, from its start to its checkpoint (docs/profiling.md)
+    const bool profiled =
+        std::find(t.profile_steps.begin(), t.profile_steps.end(), global_step + 1) != t.profile_steps.end();
+    struct Recording {
+      actors::CallTrace* trace;
+      ~Recording() {
+        if (trace) trace->stop();
+      }
+    } recording{profiled ? s.timeline.get() : nullptr};
+    if (recording.trace) recording.trace->start();
     std::optional<nlohmann::json> stepped = s.pipeline                             ? s.async_step(global_step + 1)
                                             : s.cfg.algorithm.filter_groups.enable ? s.dynamic_step(global_step + 1)
                                                                                    : s.step(global_step + 1);
@@ -493,6 +518,10 @@ void PPOTrainer::fit() {
     if (t.save_freq > 0 && (last || global_step % t.save_freq == 0)) {
       Timer timer(m, "save_checkpoint");
       s.save_checkpoint(global_step);
+    }
+    if (recording.trace) {
+      recording.trace->stop();
+      recording.trace->write(t.local_dir() + "/timeline/step_" + std::to_string(global_step) + ".trace.json");
     }
     log(m, global_step);
   }

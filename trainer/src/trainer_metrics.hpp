@@ -1,6 +1,7 @@
 #pragma once
 // Trainer-internal helpers: phase timing, sequence balancing and rollout metrics.
 
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
 
 #include <nlohmann/json.hpp>
@@ -11,11 +12,12 @@
 namespace hyflow::trainer {
 
 /// Adds the seconds of its scope to metrics["timing_s/<name>"] (verl's marked_timer): a step of
-/// several generation batches sums their times.
+/// several generation batches sums their times. The scope is also a "phase" span of the step
+/// timeline when one records (docs/profiling.md).
 class Timer {
  public:
   Timer(nlohmann::json& metrics, std::string name)
-      : metrics_(metrics), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
+      : span_("phase", name), metrics_(metrics), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
   ~Timer() {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     auto& slot = metrics_["timing_s/" + name_];
@@ -25,6 +27,7 @@ class Timer {
   Timer& operator=(const Timer&) = delete;
 
  private:
+  actors::TraceSpan span_;  // first: it opens before the clock starts and closes after it stops
   nlohmann::json& metrics_;
   std::string name_;
   std::chrono::steady_clock::time_point start_;

@@ -4,6 +4,7 @@
 #include "ppo_update.hpp"
 #include "worker_common.hpp"
 
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/response_scores.hpp>
@@ -140,7 +141,9 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
     before = policy_fsdp_->materialized_bytes();
     policy_fsdp_->reset_peak();
     const auto start = std::chrono::steady_clock::now();
+    actors::TraceSpan span("weight_sync", "reshard");  // on this worker's track of the step timeline
     policy_fsdp_->unshard_all();
+    span.end();
     handoff.reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   DataProto out;

@@ -1,6 +1,7 @@
 #pragma once
 // Everything of hyflow::actors (the single-controller runtime).
 
+#include <hyflow/actors/call_trace.hpp>
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/dispatch.hpp>
 #include <hyflow/actors/error.hpp>

@@ -131,6 +131,9 @@ struct TrainerSection {
   int64_t seed = 1;
   std::optional<std::string> metrics_file;  ///< unset: {default_local_dir}/metrics.jsonl
   double call_timeout_s = 0.0;
+  /// verl's trainer.profile_steps: global steps whose step timeline is written to
+  /// {default_local_dir}/timeline/step_<N>.trace.json (empty: none; docs/profiling.md).
+  std::vector<int64_t> profile_steps;
   int64_t world_size() const { return nnodes * n_gpus_per_node; }
   /// default_local_dir, resolved.
   std::string local_dir() const;
