@@ -302,11 +302,26 @@ struct Server::Impl {
     std::string head;
     bool too_large = false;
     if (!read_head(fd, deadline, head, too_large)) return;  // slow, gone or stopping: just close
-    const Response r = too_large ? plain(431, "Request Header Fields Too Large",
-                                         "the request head exceeds " + std::to_string(options.max_head_bytes) + " bytes")
-                                 : respond(head);
+    const Response r =
+        too_large ? plain(431, "Request Header Fields Too Large",
+                          "the request head exceeds " + std::to_string(options.max_head_bytes) + " bytes")
+                  : respond(head);
     write_all(fd, render(r), deadline);
     ::shutdown(fd, SHUT_WR);
+    drain(fd, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
+
+  /// Reads and drops what the client still sends (at most 64 KiB, until `until`), so that
+  /// closing with unread bytes does not reset the connection before the answer is read.
+  void drain(int fd, Clock::time_point until) {
+    char sink[4096];
+    for (size_t dropped = 0; dropped < 64 * 1024 && Clock::now() < until;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, remaining_ms(until)) <= 0) continue;
+      const ssize_t n = ::recv(fd, sink, sizeof sink, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+      if (n > 0) dropped += static_cast<size_t>(n);
+    }
   }
 };
 
@@ -319,7 +334,8 @@ Server::Server(const Registry& registry, ServerOptions options)
     throw ValueError("metrics server: max_connections must be >= 1 and max_head_bytes >= 64");
   if (im.options.token.empty() && !is_loopback(im.options.bind))
     throw ValueError("metrics server: binding " + im.options.bind +
-                     " (not a loopback address) requires a token (--metrics-token-file, trainer.prometheus.token_file)");
+                     " (not a loopback address) requires a token (caf-node --metrics-token-file, "
+                     "trainer.prometheus.token_file)");
   im.listen_on();
   if (::pipe2(im.wake, O_CLOEXEC) != 0) {
     ::close(im.listener);
