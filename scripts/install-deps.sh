@@ -17,6 +17,7 @@ packages=(
   libgloo-dev
   libssl-dev openssl      # HMAC for node access control; certificates for TLS
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
+  prometheus              # promtool and the server the metrics tests check the /metrics endpoints with
 )
 
 missing=()
