@@ -180,7 +180,11 @@ struct Server::Impl {
       if (stopping) return;
       if (!(fds[1].revents & POLLIN)) continue;
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) continue;  // transient (EAGAIN, ECONNABORTED, EMFILE): the next event
+      if (fd < 0) {  // transient; out of descriptors or memory leaves the listener readable: no busy loop
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
       const auto deadline = Clock::now() + options.connection_deadline;
       {
         std::lock_guard lock(mutex);
