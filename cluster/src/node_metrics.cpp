@@ -26,8 +26,8 @@ void collect_data_plane(metrics::CollectorSink& out, uint64_t& bad_tokens) {
               "Payload bytes this node fetched from other processes' data planes.", {},
               static_cast<double>(DataPlane::fetched_bytes()));
   const auto stats = DataPlane::process_stats();
-  out.counter("hyflow_node_data_plane_sent_bytes_total", "Payload bytes this node's data plane served to peers.",
-              {}, stats ? static_cast<double>(stats->bytes_served) : 0.0);
+  out.counter("hyflow_node_data_plane_sent_bytes_total", "Payload bytes this node's data plane served to peers.", {},
+              stats ? static_cast<double>(stats->bytes_served) : 0.0);
   bad_tokens = stats ? stats->bad_token : 0;
 }
 
@@ -39,15 +39,16 @@ void add_node_metrics(metrics::Registry& registry, const NodeServer& node, std::
     collect_workers(out);
     uint64_t bad_tokens = 0;
     collect_data_plane(out, bad_tokens);
-    const char* auth = "Requests refused for a wrong credential, by plane (front_door: the shared secret; "
-                       "data_plane: the data plane token).";
+    const char* auth =
+        "Requests refused for a wrong credential, by plane (front_door: the shared secret; "
+        "data_plane: the data plane token).";
     out.counter("hyflow_node_auth_failures_total", auth, {{"plane", "front_door"}},
                 static_cast<double>(node.wrong_secret_count()));
     out.counter("hyflow_node_auth_failures_total", auth, {{"plane", "data_plane"}}, static_cast<double>(bad_tokens));
     for (const auto& p : node.peer_liveness(peer_timeout))
       out.gauge("hyflow_node_peer_heartbeat_age_seconds",
-                "Seconds since the last message (BASP heartbeats included) from a connected peer.",
-                {{"peer", p.peer}}, p.seconds_since_last_message);
+                "Seconds since the last message (BASP heartbeats included) from a connected peer.", {{"peer", p.peer}},
+                p.seconds_since_last_message);
   });
 }
 

@@ -14,7 +14,6 @@ struct Snapshot {
   std::vector<std::pair<Labels, double>> series;
 };
 
-
 void write_series(std::string& out, const std::string& name, const Labels& labels, double value) {
   out += name;
   if (!labels.empty()) {
@@ -59,8 +58,7 @@ std::string Registry::expose() const {
     if (f.type != sample.type)
       throw ValueError("collector: metric '" + sample.name + "' is a " + to_string(f.type) + ", not a " +
                        to_string(sample.type));
-    if (f.help != sample.help)
-      throw ValueError("collector: metric '" + sample.name + "' comes with two help texts");
+    if (f.help != sample.help) throw ValueError("collector: metric '" + sample.name + "' comes with two help texts");
     for (const auto& [labels, value] : f.series)
       if (same_label_set(labels, sample.labels))
         throw ValueError("collector: metric '" + sample.name + "' has the same series twice");

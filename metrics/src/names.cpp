@@ -13,7 +13,9 @@ namespace {
 bool name_start(char c, bool colon) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
 }
-bool name_char(char c, bool colon) { return name_start(c, colon) || (c >= '0' && c <= '9'); }
+bool name_char(char c, bool colon) {
+  return name_start(c, colon) || (c >= '0' && c <= '9');
+}
 
 bool valid_name(std::string_view name, bool colon) {
   if (name.empty() || !name_start(name[0], colon)) return false;
@@ -31,7 +33,9 @@ bool same_label_set(const Labels& a, const Labels& b) {
   return true;
 }
 
-bool valid_metric_name(std::string_view name) { return valid_name(name, /*colon=*/true); }
+bool valid_metric_name(std::string_view name) {
+  return valid_name(name, /*colon=*/true);
+}
 
 bool valid_label_name(std::string_view name) {
   return valid_name(name, /*colon=*/false) && name.substr(0, 2) != "__";
@@ -39,8 +43,7 @@ bool valid_label_name(std::string_view name) {
 
 void check_metric_name(std::string_view name) {
   if (!valid_metric_name(name))
-    throw ValueError("invalid Prometheus metric name '" + std::string(name) +
-                     "' (allowed: [a-zA-Z_:][a-zA-Z0-9_:]*)");
+    throw ValueError("invalid Prometheus metric name '" + std::string(name) + "' (allowed: [a-zA-Z_:][a-zA-Z0-9_:]*)");
 }
 
 void check_labels(std::string_view metric, const Labels& labels) {
@@ -58,10 +61,14 @@ std::string escape_label_value(std::string_view value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -70,9 +77,12 @@ std::string escape_help(std::string_view help) {
   std::string out;
   out.reserve(help.size());
   for (char c : help) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }

@@ -7,7 +7,9 @@
 
 namespace hyflow::metrics {
 
-const char* to_string(MetricType type) { return type == MetricType::counter ? "counter" : "gauge"; }
+const char* to_string(MetricType type) {
+  return type == MetricType::counter ? "counter" : "gauge";
+}
 
 void Counter::inc(double amount) {
   if (!(amount >= 0.0)) throw ValueError("a counter cannot be increased by " + format_value(amount));
@@ -37,7 +39,6 @@ std::string joined(const std::vector<std::string>& names) {
   return s + "}";
 }
 
-
 }  // namespace
 
 Registry::Series& Registry::series(const std::string& name, const std::string& help, MetricType type,
@@ -59,8 +60,10 @@ Registry::Series& Registry::series(const std::string& name, const std::string& h
     if (same_label_set(s.labels, labels)) return s;
   Series& s = f.series.emplace_back();
   s.labels = labels;
-  if (type == MetricType::counter) s.counter = std::make_unique<Counter>();
-  else s.gauge = std::make_unique<Gauge>();
+  if (type == MetricType::counter)
+    s.counter = std::make_unique<Counter>();
+  else
+    s.gauge = std::make_unique<Gauge>();
   return s;
 }
 

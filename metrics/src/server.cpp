@@ -46,8 +46,7 @@ void resolve(const std::string& host, int port, AddrInfo& out) {
 }
 
 bool loopback(const sockaddr* a) {
-  if (a->sa_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  if (a->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
   if (a->sa_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
     if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
@@ -306,10 +305,10 @@ struct Server::Impl {
     std::string head;
     bool too_large = false;
     if (!read_head(fd, deadline, head, too_large)) return;  // slow, gone or stopping: just close
-    const Response r =
-        too_large ? plain(431, "Request Header Fields Too Large",
-                          "the request head exceeds " + std::to_string(options.max_head_bytes) + " bytes")
-                  : respond(head);
+    const Response r = too_large
+                           ? plain(431, "Request Header Fields Too Large",
+                                   "the request head exceeds " + std::to_string(options.max_head_bytes) + " bytes")
+                           : respond(head);
     write_all(fd, render(r), deadline);
     ::shutdown(fd, SHUT_WR);
     drain(fd, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
@@ -363,7 +362,9 @@ Server::~Server() {
   ::close(im.wake[1]);
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const {
+  return impl_->port;
+}
 
 std::string Server::address() const {
   const auto& bind = impl_->options.bind;

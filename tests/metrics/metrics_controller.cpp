@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
     options.network = true;  // CAF's middleman, as a controller of caf-nodes needs
     auto rt = std::make_unique<Runtime>(options);
     std::vector<std::string> nodes(argv + 2, argv + argc);
-    auto cluster = cluster::RemoteLauncher::connect(
-        *rt, {.nodes = nodes, .secret = cluster::read_secret_file(argv[1])});
+    auto cluster =
+        cluster::RemoteLauncher::connect(*rt, {.nodes = nodes, .secret = cluster::read_secret_file(argv[1])});
     rt->set_launcher(cluster);
     {
       WorkerGroup wg(*rt, cluster->pool(1), WorkerSpec{"EchoWorker", Json::object()});

@@ -22,7 +22,9 @@ RunInfo run_on(std::optional<int64_t> port, std::string bind = "127.0.0.1",
   return run;
 }
 
-PrometheusTracker& as_prometheus(Tracker& t) { return dynamic_cast<PrometheusTracker&>(t); }
+PrometheusTracker& as_prometheus(Tracker& t) {
+  return dynamic_cast<PrometheusTracker&>(t);
+}
 
 }  // namespace
 
@@ -49,14 +51,14 @@ TEST_CASE("a step's figures become gauges: step, throughput, phases, weight vers
 
   tracker->log(async_ppo_step_metrics(), 7);
   const std::string text = body_of(get(p.port()));
-  for (const char* series : {"hyflow_trainer_step 7\n", "hyflow_trainer_throughput_tokens_per_second 1234.5\n",
-                             "hyflow_trainer_phase_seconds{phase=\"gen\"} 1.5\n",
-                             "hyflow_trainer_phase_seconds{phase=\"update_weights\"} 0.125\n",
-                             "hyflow_trainer_phase_seconds{phase=\"step\"} 3.25\n",
-                             "hyflow_trainer_rollout_weight_version 6\n",
-                             "hyflow_trainer_trajectory_staleness_steps{stat=\"mean\"} 0.5\n",
-                             "hyflow_trainer_trajectory_staleness_steps{stat=\"max\"} 1\n",
-                             "hyflow_trainer_rollout_queue_batches 2\n", "# TYPE hyflow_trainer_phase_seconds gauge\n"})
+  for (const char* series :
+       {"hyflow_trainer_step 7\n", "hyflow_trainer_throughput_tokens_per_second 1234.5\n",
+        "hyflow_trainer_phase_seconds{phase=\"gen\"} 1.5\n",
+        "hyflow_trainer_phase_seconds{phase=\"update_weights\"} 0.125\n",
+        "hyflow_trainer_phase_seconds{phase=\"step\"} 3.25\n", "hyflow_trainer_rollout_weight_version 6\n",
+        "hyflow_trainer_trajectory_staleness_steps{stat=\"mean\"} 0.5\n",
+        "hyflow_trainer_trajectory_staleness_steps{stat=\"max\"} 1\n", "hyflow_trainer_rollout_queue_batches 2\n",
+        "# TYPE hyflow_trainer_phase_seconds gauge\n"})
     CHECK(text.find(series) != std::string::npos);
   CHECK(text.find("staleness_worst") == std::string::npos);
   CHECK(text.find("pg_loss") == std::string::npos);

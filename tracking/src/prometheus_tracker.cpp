@@ -32,8 +32,9 @@ constexpr Figure kFigures[] = {
 
 void check_prometheus_endpoint(const PrometheusEndpoint& endpoint) {
   if (!endpoint.port)
-    throw ValueError("config key 'trainer.prometheus.port' is required when trainer.logger names 'prometheus' "
-                     "(0: any free port)");
+    throw ValueError(
+        "config key 'trainer.prometheus.port' is required when trainer.logger names 'prometheus' "
+        "(0: any free port)");
   if (*endpoint.port < 0 || *endpoint.port > 65535)
     throw ValueError("config key 'trainer.prometheus.port' must be in 0-65535, got " + std::to_string(*endpoint.port));
   if (!endpoint.token_file && !metrics::is_loopback(endpoint.bind))
@@ -49,8 +50,9 @@ PrometheusTracker::PrometheusTracker(const RunInfo& run) {
   options.port = static_cast<int>(*e.port);
   if (e.token_file) options.token = metrics::read_token_file(*e.token_file);
   metrics::add_process_collector(registry_);
-  registry_.gauge("hyflow_trainer_info", "The run this trainer serves (always 1).",
-                  {{"project", run.project_name}, {"experiment", run.experiment_name}})
+  registry_
+      .gauge("hyflow_trainer_info", "The run this trainer serves (always 1).",
+             {{"project", run.project_name}, {"experiment", run.experiment_name}})
       .set(1);
   registry_.gauge("hyflow_trainer_total_steps", "Steps the run will train.").set(static_cast<double>(run.total_steps));
   server_ = std::make_unique<metrics::Server>(registry_, options);
@@ -70,8 +72,7 @@ void PrometheusTracker::set(const std::string& name, const std::string& help, co
 void PrometheusTracker::log(const nlohmann::json& metrics, int64_t step) {
   if (!server_) throw ValueError("prometheus tracker: log after close()");
   registry_.gauge("hyflow_trainer_step", "The last step logged.").set(static_cast<double>(step));
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   registry_.gauge("hyflow_trainer_last_log_timestamp_seconds", "Unix time of the last step logged.").set(now);
   if (!metrics.is_object()) return;
   for (const auto& f : kFigures)
@@ -90,6 +91,8 @@ void PrometheusTracker::log(const nlohmann::json& metrics, int64_t step) {
 
 void PrometheusTracker::flush() {}
 
-void PrometheusTracker::close() { server_.reset(); }
+void PrometheusTracker::close() {
+  server_.reset();
+}
 
 }  // namespace hyflow::tracking

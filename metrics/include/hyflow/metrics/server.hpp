@@ -16,9 +16,9 @@
 namespace hyflow::metrics {
 
 struct ServerOptions {
-  std::string bind = "127.0.0.1";  ///< an IPv4 or IPv6 address, or a host name
-  int port = 0;                    ///< 0: a free port (Server::port)
-  std::string token;               ///< required unless `bind` is a loopback address
+  std::string bind = "127.0.0.1";                       ///< an IPv4 or IPv6 address, or a host name
+  int port = 0;                                         ///< 0: a free port (Server::port)
+  std::string token;                                    ///< required unless `bind` is a loopback address
   std::chrono::milliseconds connection_deadline{5000};  ///< from accept to the last byte written
   size_t max_connections = 8;                           ///< served at once
   size_t max_head_bytes = 8192;                         ///< request line and headers
