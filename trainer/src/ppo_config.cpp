@@ -5,6 +5,7 @@
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/core/config_section.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/tracking/prometheus_tracker.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/worker_roles.hpp>
 #include <hyflow/workers/config.hpp>
@@ -193,6 +194,15 @@ void read_algorithm(Section s, AlgorithmSection& a) {
   }
 }
 
+void read_prometheus(Section s, tracking::PrometheusEndpoint& p) {
+  s.read("port", p.port,
+         {.help = "the prometheus tracker's GET /metrics port; required with it (0: a free port, printed)",
+          .minimum = 0});
+  s.read("bind", p.bind, {.help = "its listen address (other than loopback: needs token_file)"});
+  s.read("token_file", p.token_file, {.help = "file with the bearer token every scrape must send (docs/metrics.md)"});
+  s.finish();
+}
+
 void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section async_training) {
   s.read("total_epochs", t.total_epochs, {.help = "epochs", .minimum = 1});
   s.read("total_training_steps", t.total_training_steps, {.help = "null: epochs x batches", .minimum = 1});
@@ -202,7 +212,8 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   s.read("experiment_name", t.experiment_name, {.help = "experiment"});
   s.read(
       "logger", t.logger,
-      {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file (docs/tracking.md)"});
+      {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file | prometheus "
+               "(docs/tracking.md)"});
   s.read("nnodes", t.nnodes, {.help = "nodes", .minimum = 1});
   s.read("n_gpus_per_node", t.n_gpus_per_node, {.help = "workers per node", .minimum = 1});
   s.read("save_freq", t.save_freq, {.help = "save every N steps (-1: never)", .minimum = -1});
@@ -224,6 +235,7 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
          {.help = "fail a worker call not answered within this many seconds, naming the late ranks (0: wait forever)",
           .minimum = 0});
   read_async(s.sub("v1"), async_training, async);
+  read_prometheus(s.sub("prometheus"), t.prometheus);
   s.finish();
   if (s.describing()) return;
   require_one_of(t.resume_mode, {"disable", "auto", "resume_path"}, s.key_path("resume_mode"), t.resume_mode);
@@ -235,6 +247,8 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   }
   require_one_of(t.device, {"cpu", "cuda", "auto"}, s.key_path("device"), t.device);
   tracking::check_backends(t.logger);  // its messages name trainer.logger
+  if (std::find(t.logger.begin(), t.logger.end(), "prometheus") != t.logger.end())
+    tracking::check_prometheus_endpoint(t.prometheus);
 }
 
 void read_cluster(Section s, ClusterSection& c) {

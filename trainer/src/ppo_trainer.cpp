@@ -452,7 +452,8 @@ void PPOTrainer::fit() {
                                         .local_dir = t.local_dir(),
                                         .metrics_file = t.metrics_file.value_or(t.local_dir() + "/metrics.jsonl"),
                                         .total_steps = s.total_steps,
-                                        .resumed_step = global_step});
+                                        .resumed_step = global_step,
+                                        .prometheus = t.prometheus});
   tracker.log_config(s.config_tree);
   auto log = [&](nlohmann::json metrics, int64_t step) {
     tracker.log(metrics, step);

@@ -7,6 +7,7 @@
 // is loaded or launched: a bad value fails at once, naming the key.
 
 #include <hyflow/core/config_key.hpp>
+#include <hyflow/tracking/run_info.hpp>
 #include <hyflow/trainer/config.hpp>
 
 #include <nlohmann/json.hpp>
@@ -130,6 +131,7 @@ struct TrainerSection {
   int64_t seed = 1;
   std::optional<std::string> metrics_file;  ///< unset: {default_local_dir}/metrics.jsonl
   double call_timeout_s = 0.0;
+  tracking::PrometheusEndpoint prometheus;  ///< trainer.prometheus.*: the prometheus tracker's endpoint
   int64_t world_size() const { return nnodes * n_gpus_per_node; }
   /// default_local_dir, resolved.
   std::string local_dir() const;
