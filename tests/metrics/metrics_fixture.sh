@@ -28,6 +28,16 @@ trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# guard PID: stops PID when this script ends without its cleanup (killed by a test timeout);
+# the nodes have --exit-with-parent and the controller stops at the end of its stdin already.
+guard() {
+  (
+    while kill -0 $$ 2>/dev/null; do sleep 0.5; done
+    kill -KILL "$1" 2>/dev/null
+  ) &
+  PIDS+=($!)
+}
+
 # need TOOL: the tool's path; exit 1 (CI=true) or 77 (skipped) when it is not installed.
 need() {
   if command -v "$1" >/dev/null 2>&1; then return 0; fi

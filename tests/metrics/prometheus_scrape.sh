@@ -2,7 +2,8 @@
 # End to end with Debian's Prometheus server: two caf-nodes with --metrics-port on 127.0.0.1, a
 # controller running calls on both, and `prometheus` scraping both /metrics every second; the
 # query API must then return hyflow_node_calls_total of both nodes with a value. Bounded: the
-# whole script gives up after 50 s; every process it started is stopped on every exit path.
+# query loop gives up 50 s after the start (about 10 s when all goes well); every process it
+# started is stopped on every exit path, a kill -9 of the script included.
 # Usage: prometheus_scrape.sh NODE_BIN CONTROLLER_BIN
 source "$(dirname "$0")/metrics_fixture.sh"
 [ $# = 2 ] || fail "usage: $0 NODE_BIN CONTROLLER_BIN"
@@ -29,6 +30,7 @@ web=$(free_port)
 prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/tsdb" \
   --web.listen-address="127.0.0.1:$web" >"$TMP/prometheus.log" 2>&1 &
 PIDS+=($!)
+guard $!
 
 query='sum by (instance) (hyflow_node_calls_total{job="caf-node",outcome="ok"})'
 url="http://127.0.0.1:$web/api/v1/query?query=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$query")"
