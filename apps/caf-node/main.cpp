@@ -146,17 +146,17 @@ int main(int argc, char** argv) {
               (i < info.gpu_memory_bytes.size()
                    ? " " + std::to_string(info.gpu_memory_bytes[i] / (1024 * 1024)) + " MiB"
                    : std::string());
-    hyflow::cluster::cluster_log("listening on " + info.address + (options.tls.empty() ? "" : " over mutual TLS") +
-                        " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
-    std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     hyflow::metrics::Registry registry;
     std::unique_ptr<hyflow::metrics::Server> metrics_server;
-    if (metrics_options.port > 0) {
+    if (metrics_options.port > 0) {  // before the listening line: a port in use stops the node first
       hyflow::cluster::add_node_metrics(registry, server);
       metrics_server = std::make_unique<hyflow::metrics::Server>(registry, metrics_options);
       hyflow::cluster::cluster_log("metrics on http://" + metrics_server->address() + "/metrics" +
                                    (metrics_options.token.empty() ? "" : " (bearer token required)"));
     }
+    hyflow::cluster::cluster_log("listening on " + info.address + (options.tls.empty() ? "" : " over mutual TLS") +
+                        " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
+    std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
     const std::string received = std::string("caf-node received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM");
     hyflow::cluster::cluster_log(received + ", shutting down");
