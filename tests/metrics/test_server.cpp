@@ -131,7 +131,7 @@ TEST_CASE("an oversized head gets 431 and a slow client is cut off, while a scra
   while (big.size() < 9 * 1024) big += "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(status_of(exchange(server.port(), big)) == 431);
-  CHECK(status_of(get(server.port())) == 200);  // served while the slow one waits
+  CHECK(status_of(get(server.port())) == 200);            // served while the slow one waits
   CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);  // before the slow one's deadline
   // the slow client is closed at its deadline, without an answer
   CHECK(read_until_close(slow, 5s).empty());
