@@ -5,13 +5,14 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core dataproto actors cluster algos parallel tokenizers cuda models inference rollout workers tracking
-    trainer apps)
+set(HYFLOW_ALL_MODULES core metrics dataproto actors cluster algos parallel tokenizers cuda models inference rollout workers
+    tracking trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
+set(HYFLOW_MODULE_DEPS_metrics core)
 set(HYFLOW_MODULE_DEPS_dataproto core)
 set(HYFLOW_MODULE_DEPS_actors dataproto)
-set(HYFLOW_MODULE_DEPS_cluster actors)
+set(HYFLOW_MODULE_DEPS_cluster actors metrics)
 set(HYFLOW_MODULE_DEPS_parallel algos)
 set(HYFLOW_MODULE_DEPS_tokenizers dataproto)
 set(HYFLOW_MODULE_DEPS_cuda core)
@@ -20,12 +21,13 @@ set(HYFLOW_MODULE_DEPS_inference models cuda)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
 set(HYFLOW_MODULE_DEPS_rollout inference models)
 set(HYFLOW_MODULE_DEPS_workers actors rollout inference models algos parallel)
-set(HYFLOW_MODULE_DEPS_tracking core)
+set(HYFLOW_MODULE_DEPS_tracking core metrics)
 set(HYFLOW_MODULE_DEPS_trainer workers tokenizers algos cluster tracking)
 set(HYFLOW_MODULE_DEPS_apps trainer cluster)
 
 # Packages per module, as find_package()/find_dependency() arguments with "|" for spaces.
 set(HYFLOW_MODULE_PACKAGES_core "nlohmann_json|3.10")
+set(HYFLOW_MODULE_PACKAGES_metrics "Threads")
 set(HYFLOW_MODULE_PACKAGES_dataproto "Threads;Torch;cereal")
 set(HYFLOW_MODULE_PACKAGES_actors "CAF|0.17")
 set(HYFLOW_MODULE_PACKAGES_cluster "CAF|0.17;OpenSSL")

@@ -8,6 +8,7 @@
 #include <hyflow/actors/call_trace.hpp>
 #include <hyflow/actors/payload_transfer.hpp>
 #include <hyflow/actors/worker_host.hpp>
+#include <hyflow/actors/worker_stats.hpp>
 
 #include <caf/all.hpp>
 
@@ -50,11 +51,33 @@ inline caf::error make_error(errc code, std::string kind, std::string message) {
 
 // ---- worker actor --------------------------------------------------------------------------
 
+/// Counts this worker in WorkerStats::alive for as long as its state lives.
+struct AliveWorker {
+  AliveWorker() { worker_stats().alive.fetch_add(1, std::memory_order_relaxed); }
+  ~AliveWorker() { worker_stats().alive.fetch_sub(1, std::memory_order_relaxed); }
+  AliveWorker(const AliveWorker&) = delete;
+  AliveWorker& operator=(const AliveWorker&) = delete;
+};
+
+/// One call in WorkerStats: in flight while it lives, then ok unless marked failed.
+struct CountedCall {
+  bool failed = true;  ///< cleared when the method returns a result
+  CountedCall() { worker_stats().calls_in_flight.fetch_add(1, std::memory_order_relaxed); }
+  ~CountedCall() {
+    auto& s = worker_stats();
+    s.calls_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    (failed ? s.calls_failed : s.calls_ok).fetch_add(1, std::memory_order_relaxed);
+  }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+};
+
 struct worker_state {
   WorkerSpec spec;
   WorkerEnv env;
   std::string job;  ///< the launching controller's job id ("JOB" in the env message; empty: none)
   CreatedWorker created;
+  AliveWorker alive;
   static inline const char* name = "hyflow.worker";
 };
 
@@ -77,6 +100,7 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
       },
       [=](call_atom, const std::string& method, std::vector<Value>& args) -> caf::result<Value> {
         auto& st = self->state;
+        CountedCall counted;
         if (!st.created.worker) return make_error(errc::method_failed, "Error", "worker is not initialized");
         // The step timeline: this call's execution on this worker's track (when this process
         // records; the controller's clock, since it is this process's).
@@ -95,6 +119,7 @@ worker_actor::behavior_type worker_behavior(worker_actor::stateful_pointer<worke
           Value result = entry.invoke(*st.created.worker, args);
           if (transfer && transfer->in_use(uses_tls(self->system())))
             transfer->export_large(result, /*expires=*/true, st.job);
+          counted.failed = false;
           return result;
         } catch (const WorkerExit& e) {
           // A crash: no answer; the collector learns from the down message.
@@ -142,3 +167,12 @@ WorkerRef make_worker_ref(worker_actor actor, WorkerSpec spec, WorkerEnv env, st
 }
 
 }  // namespace hyflow::actors::caf_protocol
+
+namespace hyflow::actors {
+
+WorkerStats& worker_stats() {
+  static auto* stats = new WorkerStats;
+  return *stats;
+}
+
+}  // namespace hyflow::actors

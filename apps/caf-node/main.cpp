@@ -8,6 +8,7 @@
 // CollectiveWorker) and the bench worker instead of the role workers. The shipped caf-node hosts no test code.
 #include <hyflow/cluster/all.hpp>
 #include <hyflow/core/shared_library.hpp>
+#include <hyflow/metrics/server.hpp>
 
 #ifdef HYFLOW_TEST_NODE
 #include "collective_worker.hpp"
@@ -51,7 +52,13 @@ int main(int argc, char** argv) {
       "exit-with-parent", "stop (as on SIGTERM) when the process that started this one exits (tests, supervisors)")(
       "plugin", po::value<std::vector<std::string>>()->composing(),
       "shared library whose static initializers register worker types (repeatable); loaded before listening, "
-      "so a library that fails to load stops the node");
+      "so a library that fails to load stops the node")(
+      "metrics-port", po::value<int>()->default_value(0),
+      "serve Prometheus metrics on GET /metrics at this TCP port (0: off; docs/metrics.md)")(
+      "metrics-bind", po::value<std::string>()->default_value("127.0.0.1"),
+      "address of the metrics endpoint (an address other than loopback needs --metrics-token-file)")(
+      "metrics-token-file", po::value<std::string>(),
+      "file holding the bearer token every metrics request must carry (Authorization: Bearer <token>)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -76,7 +83,20 @@ int main(int argc, char** argv) {
   }
   auto flag = [&](const char* name) { return vm.count(name) ? vm[name].as<std::string>() : std::string(); };
   options.tls = {flag("tls-cert"), flag("tls-key"), flag("tls-ca")};
+  hyflow::metrics::ServerOptions metrics_options;
+  metrics_options.bind = vm["metrics-bind"].as<std::string>();
+  metrics_options.port = vm["metrics-port"].as<int>();
+  if (metrics_options.port < 0 || metrics_options.port > 65535) {
+    std::cerr << "caf-node: --metrics-port " << metrics_options.port << " is out of range (0: off)\n";
+    return 2;
+  }
   try {
+    if (vm.count("metrics-token-file"))
+      metrics_options.token = hyflow::metrics::read_token_file(vm["metrics-token-file"].as<std::string>());
+    if (metrics_options.port > 0 && metrics_options.token.empty() &&
+        !hyflow::metrics::is_loopback(metrics_options.bind))
+      throw hyflow::ValueError("--metrics-bind " + metrics_options.bind +
+                               " is not a loopback address: it needs --metrics-token-file");
     if (vm.count("secret-file"))
       options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
     if (vm.count("plugin"))
@@ -126,12 +146,21 @@ int main(int argc, char** argv) {
               (i < info.gpu_memory_bytes.size()
                    ? " " + std::to_string(info.gpu_memory_bytes[i] / (1024 * 1024)) + " MiB"
                    : std::string());
+    hyflow::metrics::Registry registry;
+    std::unique_ptr<hyflow::metrics::Server> metrics_server;
+    if (metrics_options.port > 0) {  // before the listening line: a port in use stops the node first
+      hyflow::cluster::add_node_metrics(registry, server);
+      metrics_server = std::make_unique<hyflow::metrics::Server>(registry, metrics_options);
+      hyflow::cluster::cluster_log("metrics on http://" + metrics_server->address() + "/metrics" +
+                                   (metrics_options.token.empty() ? "" : " (bearer token required)"));
+    }
     hyflow::cluster::cluster_log("listening on " + info.address + (options.tls.empty() ? "" : " over mutual TLS") +
                         " (host " + info.hostname + ", " + std::to_string(info.cpus) + " CPUs, " + gpus + ")");
     std::cout << "caf-node listening on " << options.bind << ":" << server.port() << std::endl;
     sigwait(&stop, &signal);
     const std::string received = std::string("caf-node received ") + (signal == SIGINT ? "SIGINT" : "SIGTERM");
     hyflow::cluster::cluster_log(received + ", shutting down");
+    metrics_server.reset();  // its collectors read the node: no scrape during the shutdown
     server.shutdown(received + " and shut down");
     // A worker stuck in a long method cannot be preempted: give shutdown 10 s, then leave.
     std::thread([] {

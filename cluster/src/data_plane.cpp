@@ -68,6 +68,7 @@ std::vector<char> reserve_buffer(size_t n) {
 }
 
 std::atomic<uint64_t> client_fetches{0};
+std::atomic<uint64_t> client_fetched_bytes{0};
 
 std::string describe(const ObjectRef& ref) { return "data plane object " + ref.id + " at " + ref.address(); }
 
@@ -326,6 +327,7 @@ struct DataPlane::Impl {
     if (check_token && !crypto::equal_in_constant_time(request_token, token, kTokenBytes) &&
         !find_job_token_locked(request_token)) {
       ++stats.refused;
+      ++stats.bad_token;
       lock.unlock();
       refuse(std::move(p.fd), kStatusBadToken);
       return;
@@ -447,6 +449,7 @@ struct DataPlane::Impl {
           ++stats.unknown;
         } else if (!may_take_locked(it->second, request_token)) {
           ++stats.refused;  // another job's object (or not the cluster's token): it stays
+          ++stats.bad_token;
           refused = true;
         } else {
           object = std::move(it->second);  // one consumer: freed once handed out
@@ -633,10 +636,12 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
     throw DataPlaneError(what + ": " + e.what());
   }
   client_fetches.fetch_add(1);
+  client_fetched_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
   return bytes;
 }
 
 uint64_t DataPlane::fetches() { return client_fetches.load(); }
+uint64_t DataPlane::fetched_bytes() { return client_fetched_bytes.load(std::memory_order_relaxed); }
 
 bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout) noexcept {
   try {
@@ -688,6 +693,13 @@ DataPlane& DataPlane::process() {
     p.plane = std::make_unique<DataPlane>(o);
   }
   return *p.plane;
+}
+
+std::optional<DataPlaneStats> DataPlane::process_stats() {
+  auto& p = process_plane();
+  std::lock_guard lock(p.mutex);
+  if (!p.plane) return std::nullopt;
+  return p.plane->stats();
 }
 
 void DataPlane::configure(DataPlaneOptions options) {

@@ -143,6 +143,7 @@ struct FrontDoor::Impl {
       const Bytes32 expected = proof(options.secret, "hyflow-node-client", p.nonce, client_nonce);
       if (!options.secret.empty() && !crypto::equal_in_constant_time(expected.data(), client_proof.data(), 32)) {
         reply[0] = kStatusSecret;
+        count(&FrontDoorStats::wrong_secret);
         cluster_log("front door: wrong shared secret, connection refused");
       } else {
         reply[0] = kStatusOk;

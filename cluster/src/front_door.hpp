@@ -40,6 +40,7 @@ struct FrontDoorStats {
   uint64_t accepted = 0;       ///< TCP connections accepted
   uint64_t admitted = 0;       ///< handed to CAF after a good handshake
   uint64_t refused = 0;        ///< wrong secret, wrong version or malformed hello
+  uint64_t wrong_secret = 0;   ///< of those refused: a proof that does not match the shared secret
   uint64_t timed_out = 0;      ///< no complete hello within handshake_timeout
   uint64_t over_capacity = 0;  ///< closed at once: max_pending (per peer) handshakes in progress
 };

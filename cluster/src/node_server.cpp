@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 
 namespace hyflow::cluster {
@@ -237,6 +238,35 @@ int NodeServer::port() const {
 }
 const NodeInfo& NodeServer::info() const {
   return impl_->info;
+}
+
+uint64_t NodeServer::wrong_secret_count() const {
+  return impl_->front_door ? impl_->front_door->stats().wrong_secret : 0;
+}
+
+std::vector<PeerLiveness> NodeServer::peer_liveness(std::chrono::milliseconds timeout) const {
+  auto& mm = impl_->system.middleman();
+  caf::actor handle = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  if (!handle) return {};
+  auto answer = std::make_shared<std::promise<std::vector<PeerLiveness>>>();
+  auto future = answer->get_future();
+  // The broker runs on the multiplexer's thread, so a function posted there reads its
+  // connection table between two of its messages. `handle` keeps the broker alive meanwhile;
+  // an answer that comes after the timeout goes into the promise nobody waits for.
+  mm.backend().post([handle, answer] {
+    auto* broker = static_cast<caf::io::basp_broker*>(caf::actor_cast<caf::abstract_actor*>(handle));
+    std::vector<PeerLiveness> peers;
+    const auto now = broker->system().clock().now();
+    for (auto& [hdl, ctx] : broker->ctx) {
+      const std::string host = broker->remote_addr(hdl);
+      if (host.empty()) continue;  // closing
+      peers.push_back({host + ":" + std::to_string(broker->remote_port(hdl)),
+                       std::chrono::duration<double>(now - ctx.last_seen).count()});
+    }
+    answer->set_value(std::move(peers));
+  });
+  if (future.wait_for(timeout) != std::future_status::ready) return {};
+  return future.get();
 }
 
 }  // namespace hyflow::cluster

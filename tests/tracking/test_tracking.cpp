@@ -101,7 +101,8 @@ TEST_CASE("a tracker registered with one line is used through Tracking next to t
   REQUIRE(counting_registered);
   calls = Calls{};
   CHECK(has_tracker("counting"));
-  CHECK(tracker_names() == std::vector<std::string>{"console", "counting", "file", "jsonl", "tensorboard"});
+  CHECK(tracker_names() ==
+        std::vector<std::string>{"console", "counting", "file", "jsonl", "prometheus", "tensorboard"});
   {
     Tracking tracking({"console", "counting"}, run_info());
     CHECK(tracking.backends() == std::vector<std::string>{"console", "counting"});
@@ -148,8 +149,8 @@ TEST_CASE("an unknown tracker anywhere in trainer.logger is a KeyError naming it
   calls = Calls{};
   const std::string unknown = error_of<KeyError>([] { track({"counting", "console", "jsnl"}); });
   CHECK(unknown ==
-        "unknown tracker 'jsnl' in trainer.logger; did you mean 'jsonl'? (known: console, counting, file, jsonl, "
-        "tensorboard)");
+        "unknown tracker 'jsnl' in trainer.logger; did you mean 'jsonl'? "
+        "(known: console, counting, file, jsonl, prometheus, tensorboard)");
   CHECK(calls.created == 0);
   CHECK_THAT(error_of<KeyError>([] { make_tracker("wandb", run_info()); }),
              Contains("unknown tracker 'wandb' in trainer.logger") && Contains("(known: console"));

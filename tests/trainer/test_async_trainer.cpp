@@ -7,11 +7,19 @@
 
 #include <hyflow/algos/reward_score.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/net.hpp>
+#include <hyflow/tracking/tracker_registry.hpp>
 #include <hyflow/trainer/async_rollout.hpp>
+#include <hyflow/trainer/ppo_config.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -143,6 +151,9 @@ TEST_CASE("one-step-off (separate_async, 1 batch ahead): the rollout group train
   CHECK(series(h, "training/off_policy/trajectory_staleness/min") == std::vector<double>{0, 1, 1});
   CHECK(series(h, "training/off_policy/trajectory_spans/max") == std::vector<double>{1, 1, 1});
   CHECK(series(h, "training/off_policy/dropped_trajectories") == std::vector<double>{0, 0, 0});
+  // the weights each step publishes are what the next batches generate on; one batch stays ahead
+  CHECK(series(h, "training/off_policy/rollout_weight_version") == std::vector<double>{1, 2, 3});
+  CHECK(series(h, "training/off_policy/queued_batches") == std::vector<double>{1, 1, 1});
   for (const auto& m : h) {
     CHECK(m.contains("timing_s/update_weights"));
     CHECK(m.contains("actor/pg_loss"));
@@ -478,4 +489,65 @@ TEST_CASE("the replay buffer requeues a prompt at most max_requeues times") {
   }
   CHECK(requeued > 0);
   CHECK(dropped_prompts > requeued);  // a requeued batch dropped again is not requeued a second time
+}
+
+namespace {
+/// GET /metrics on 127.0.0.1:port; the whole answer ("" when nothing listens).
+std::string scrape(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+/// Listed after "prometheus" in trainer.logger: scrapes its endpoint right after each step.
+struct ScrapeAfterLog : tracking::Tracker {
+  static inline int port = 0;
+  static inline std::vector<std::string> scrapes;
+  explicit ScrapeAfterLog(const tracking::RunInfo&) {}
+  void log_config(const nlohmann::json&) override {}
+  void log(const nlohmann::json&, int64_t) override { scrapes.push_back(scrape(port)); }
+  void flush() override {}
+  void close() override {}
+};
+const bool scrape_after_log_registered =
+    (tracking::register_tracker("scrape_after_log",
+                                [](const tracking::RunInfo& r) { return std::make_unique<ScrapeAfterLog>(r); }),
+     true);
+}  // namespace
+
+TEST_CASE("the prometheus tracker serves a real async run: step, phases, throughput, weight version, staleness, "
+          "queue") {
+  TempDir out("async_prometheus");
+  Config c = async_config(out.path, 1, 8, "drop");
+  c.set("trainer.logger", "['jsonl','prometheus','scrape_after_log']");
+  CHECK_THROWS_WITH(read_ppo_config(c), Catch::Contains("'trainer.prometheus.port' is required"));
+  ScrapeAfterLog::port = hyflow::pick_free_port();
+  c.set("trainer.prometheus.port", std::to_string(ScrapeAfterLog::port));
+  ScrapeAfterLog::scrapes.clear();
+  const auto h = run(c);
+  REQUIRE(h.size() == 3);
+  REQUIRE(ScrapeAfterLog::scrapes.size() == 3);
+  const std::string& last = ScrapeAfterLog::scrapes.back();
+  CAPTURE(last);
+  CHECK(last.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  for (const char* expected : {"\nhyflow_trainer_step 3\n", "\nhyflow_trainer_rollout_weight_version 3\n",
+                               "\nhyflow_trainer_trajectory_staleness_steps{stat=\"max\"} 1\n",
+                               "\nhyflow_trainer_phase_seconds{phase=\"update_weights\"} ",
+                               "\nhyflow_trainer_phase_seconds{phase=\"step\"} ",
+                               "\nhyflow_trainer_throughput_tokens_per_second ",
+                               "\nhyflow_trainer_rollout_queue_batches ", "\nhyflow_trainer_total_steps 3\n"})
+    CHECK(last.find(expected) != std::string::npos);
+  CHECK(ScrapeAfterLog::scrapes.front().find("\nhyflow_trainer_step 1\n") != std::string::npos);
+  CHECK(scrape(ScrapeAfterLog::port).empty());  // the run closed its trackers: the endpoint is gone
 }

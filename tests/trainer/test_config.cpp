@@ -1,6 +1,7 @@
 // Trainer config: verl defaults, INI sections, --key=value overrides, errors naming the key.
 #include <hyflow/core/error.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/trainer/ppo_config.hpp>
 #include <hyflow/workers/config.hpp>
 
 #include <catch2/catch.hpp>
@@ -235,4 +236,22 @@ TEST_CASE("lists take verl's (Hydra's) syntax: single or double quotes or none, 
   d.load_ini(ini);
   CHECK(d.get("trainer.logger") == nlohmann::json::array({"console", "jsonl"}));
   std::filesystem::remove(ini);
+}
+
+TEST_CASE("trainer.prometheus.* are keys of both schemas: port (null), bind (127.0.0.1), token_file (null)") {
+  Config c;
+  CHECK(c.is_null("trainer.prometheus.port"));
+  CHECK(c.get_string("trainer.prometheus.bind") == "127.0.0.1");
+  CHECK(c.is_null("trainer.prometheus.token_file"));
+  CHECK_THROWS_WITH(c.apply_arguments({"--trainer.prometheus.prot=9"}),
+                    Catch::Contains("did you mean 'trainer.prometheus.port'?"));
+  CHECK_THROWS_WITH(c.set("trainer.prometheus.port", "-1"), Catch::Contains("trainer.prometheus.port"));
+  c.set("trainer.logger", "console,prometheus");
+  // the port is required with the tracker: checked when the config is read, before any loading
+  CHECK_THROWS_WITH(trainer::read_ppo_config(c), Catch::Contains("'trainer.prometheus.port' is required"));
+
+  Config sft(trainer::ConfigSchema::sft);
+  CHECK(sft.is_null("trainer.prometheus.port"));
+  CHECK_THROWS_WITH(sft.apply_arguments({"--trainer.prometheus.bnd=x"}),
+                    Catch::Contains("did you mean 'trainer.prometheus.bind'?"));
 }

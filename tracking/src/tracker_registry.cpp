@@ -5,6 +5,7 @@
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/tracking/console_tracker.hpp>
 #include <hyflow/tracking/jsonl_tracker.hpp>
+#include <hyflow/tracking/prometheus_tracker.hpp>
 #include <hyflow/tracking/tensorboard_tracker.hpp>
 #include <hyflow/tracking/tracker_registry.hpp>
 
@@ -25,10 +26,12 @@ std::map<std::string, Entry> builtin_trackers() {
   const TrackerFactory console = [](const RunInfo& run) { return std::make_unique<ConsoleTracker>(run); };
   const TrackerFactory jsonl = [](const RunInfo& run) { return std::make_unique<JsonlTracker>(run); };
   const TrackerFactory tensorboard = [](const RunInfo& run) { return std::make_unique<TensorBoardTracker>(run); };
+  const TrackerFactory prometheus = [](const RunInfo& run) { return std::make_unique<PrometheusTracker>(run); };
   return {{"console", {console, "console"}},
           {"jsonl", {jsonl, "jsonl"}},
           {"file", {jsonl, "jsonl"}},
-          {"tensorboard", {tensorboard, "tensorboard"}}};
+          {"tensorboard", {tensorboard, "tensorboard"}},
+          {"prometheus", {prometheus, "prometheus"}}};
 }
 
 NamedRegistry<Entry>& registry() {

@@ -173,11 +173,13 @@ void AsyncPipeline::publish_weights(int64_t version) {
 void AsyncPipeline::after_actor_update(int64_t step, nlohmann::json& metrics) {
   if (options_.colocate()) {
     generation_version_ = step;
-    return;
+  } else if (step % options_.parameter_sync_step == 0) {
+    Timer t(metrics, "update_weights");
+    publish_weights(step);
   }
-  if (step % options_.parameter_sync_step != 0) return;
-  Timer t(metrics, "update_weights");
-  publish_weights(step);
+  // what the next batches generate on, and how many are launched ahead (the prometheus tracker's gauges)
+  metrics["training/off_policy/rollout_weight_version"] = generation_version_;
+  metrics["training/off_policy/queued_batches"] = static_cast<int64_t>(in_flight_.size());
 }
 
 void AsyncPipeline::finish() {

@@ -76,13 +76,19 @@ std::vector<ConfigKey> make_sft_keys() {
       key("trainer.project_name", T::string, "hyflow", "project (given to the trackers)"),
       key("trainer.experiment_name", T::string, "sft", "experiment (given to the trackers)"),
       key("trainer.logger", T::list, Json::array({"console", "jsonl"}),
-          "trackers: console | jsonl (verl: file) | a registered one (docs/tracking.md)"),
+          "trackers: console | jsonl (verl: file) | tensorboard | prometheus | a registered one (docs/tracking.md)"),
       at_least(1, "trainer.console_every", kNull,
                "hyflow: the console tracker prints every Nth step (null: 1 on a terminal, 10 into a pipe or "
                "file); the first, validation and last steps always",
                true),
       key("trainer.metrics_file", T::string, kNull,
           "the jsonl tracker's file (null: {default_local_dir}/sft_metrics.jsonl)", true),
+      key("trainer.prometheus.port", T::integer, kNull,
+          "the prometheus tracker's GET /metrics port; required with it (0: a free port, printed)", true, 0),
+      key("trainer.prometheus.bind", T::string, "127.0.0.1",
+          "its listen address (other than loopback: needs token_file)"),
+      key("trainer.prometheus.token_file", T::string, kNull,
+          "file with the bearer token every scrape must send (docs/metrics.md)", true),
   };
   // optim.*: the actor's optimizer section (workers::parse_optim_config), with SFT's defaults
   for (auto& o : workers::optim_config_keys("optim", sft_optim_defaults())) k.push_back(std::move(o));

@@ -5,6 +5,7 @@
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/core/config_section.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/tracking/prometheus_tracker.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/worker_roles.hpp>
 #include <hyflow/workers/config.hpp>
@@ -193,6 +194,15 @@ void read_algorithm(Section s, AlgorithmSection& a) {
   }
 }
 
+void read_prometheus(Section s, tracking::PrometheusEndpoint& p) {
+  s.read("port", p.port,
+         {.help = "the prometheus tracker's GET /metrics port; required with it (0: a free port, printed)",
+          .minimum = 0});
+  s.read("bind", p.bind, {.help = "its listen address (other than loopback: needs token_file)"});
+  s.read("token_file", p.token_file, {.help = "file with the bearer token every scrape must send (docs/metrics.md)"});
+  s.finish();
+}
+
 void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section async_training) {
   s.read("total_epochs", t.total_epochs, {.help = "epochs", .minimum = 1});
   s.read("total_training_steps", t.total_training_steps, {.help = "null: epochs x batches", .minimum = 1});
@@ -202,7 +212,8 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   s.read("experiment_name", t.experiment_name, {.help = "experiment"});
   s.read(
       "logger", t.logger,
-      {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file (docs/tracking.md)"});
+      {.help = "trackers, a list in verl's syntax (['console','jsonl']): console | jsonl | file | tensorboard |"
+               " prometheus (docs/tracking.md)"});
   s.read("console_every", t.console_every,
          {.help = "hyflow: the console tracker prints every Nth step (null: 1 on a terminal, 10 into a pipe or "
                   "file); the first, validation and last steps always",
@@ -232,6 +243,7 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
          {.help = "global steps whose step timeline (Chrome trace JSON) is written to "
                   "{default_local_dir}/timeline/step_N.trace.json, e.g. [2,5] (null or []: none; docs/profiling.md)"});
   read_async(s.sub("v1"), async_training, async);
+  read_prometheus(s.sub("prometheus"), t.prometheus);
   s.finish();
   if (s.describing()) return;
   for (const auto& step : profile_steps.value_or(std::vector<nlohmann::json>{})) {
@@ -248,6 +260,8 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   }
   require_one_of(t.device, {"cpu", "cuda", "auto"}, s.key_path("device"), t.device);
   tracking::check_backends(t.logger);  // its messages name trainer.logger
+  if (std::find(t.logger.begin(), t.logger.end(), "prometheus") != t.logger.end())
+    tracking::check_prometheus_endpoint(t.prometheus);
 }
 
 void read_cluster(Section s, ClusterSection& c) {

@@ -472,7 +472,8 @@ void PPOTrainer::fit() {
                                         .metrics_file = t.metrics_file.value_or(t.local_dir() + "/metrics.jsonl"),
                                         .total_steps = s.total_steps,
                                         .resumed_step = global_step,
-                                        .console_every = t.console_every.value_or(0)});
+                                        .console_every = t.console_every.value_or(0),
+                                        .prometheus = t.prometheus});
   tracker.log_config(s.config_tree);
   auto log = [&](nlohmann::json metrics, int64_t step) {
     tracker.log(metrics, step);

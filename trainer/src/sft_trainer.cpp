@@ -6,18 +6,31 @@
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/llama.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
+#include <hyflow/tracking/prometheus_tracker.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/run_folder.hpp>
 #include <hyflow/trainer/sft_trainer.hpp>
 #include <hyflow/workers/config.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
 namespace hyflow::trainer {
 
 namespace {
+
+/// trainer.prometheus.*, checked when trainer.logger names the prometheus tracker.
+tracking::PrometheusEndpoint prometheus_endpoint(const Config& c) {
+  tracking::PrometheusEndpoint p;
+  if (!c.is_null("trainer.prometheus.port")) p.port = c.get_int("trainer.prometheus.port");
+  p.bind = c.get_string("trainer.prometheus.bind");
+  if (!c.is_null("trainer.prometheus.token_file")) p.token_file = c.get_string("trainer.prometheus.token_file");
+  const auto logger = tracking::logger_backends(c.get("trainer.logger"));
+  if (std::find(logger.begin(), logger.end(), "prometheus") != logger.end()) tracking::check_prometheus_endpoint(p);
+  return p;
+}
 
 models::ModelConfig tiny_model_config(const Config& c, const tokenizers::Tokenizer& tok, int64_t max_length) {
   models::ModelConfig m;
@@ -104,6 +117,7 @@ parallel::OptimConfig sft_optim_defaults() {
 
 SFTResult run_sft(const Config& c) {
   if (c.schema() != ConfigSchema::sft) throw ValueError("run_sft needs an SFT config");
+  const tracking::PrometheusEndpoint prometheus = prometheus_endpoint(c);  // checked before anything loads
   const int64_t max_length = c.get_int("data.max_length");
   const int64_t bs = c.get_int("data.train_batch_size");
   const int64_t micro = c.get_int("data.micro_batch_size_per_gpu");
@@ -173,7 +187,8 @@ SFTResult run_sft(const Config& c) {
                         .local_dir = out_dir,
                         .metrics_file = metrics_file,
                         .total_steps = total,
-                        .console_every = c.is_null("trainer.console_every") ? 0 : c.get_int("trainer.console_every")});
+                        .console_every = c.is_null("trainer.console_every") ? 0 : c.get_int("trainer.console_every"),
+                        .prometheus = prometheus});
   tracking.log_config(c.tree());
 
   SFTResult result;

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,7 @@ struct DataPlaneStats {
   uint64_t expired = 0;   ///< freed after object_ttl
   uint64_t unknown = 0;   ///< requests for ids it does not hold
   uint64_t refused = 0;   ///< requests with a wrong token, or while every serving thread was busy
+  uint64_t bad_token = 0; ///< of those refused: a token that does not grant the server or the object
   uint64_t timed_out = 0; ///< connections closed before sending a whole request
   uint64_t bytes_served = 0;
 };
@@ -153,10 +155,15 @@ class DataPlane {
   static bool discard(const ObjectRef& ref, std::chrono::milliseconds io_timeout, const std::string& token) noexcept;
   /// Objects this process has pulled from any holder with fetch() (for diagnostics and tests).
   static uint64_t fetches();
+  /// Bytes this process has pulled with fetch() (the payloads, without the 9-byte heads).
+  static uint64_t fetched_bytes();
 
   /// The process-wide plane used by the runtime, started on first use with the options given
   /// to configure(), else DataPlaneOptions::from_environment().
   static DataPlane& process();
+  /// The stats of the process-wide plane; nullopt while it has not been started (this call
+  /// never starts it).
+  static std::optional<DataPlaneStats> process_stats();
   /// Requires `token` (32 hex digits; empty: none) on every later request to this server;
   /// ValueError for a malformed token.
   void require_token(const std::string& token);

@@ -16,8 +16,11 @@
 #include <hyflow/cluster/node_info.hpp>
 #include <hyflow/cluster/tls.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hyflow::cluster {
 
@@ -31,6 +34,12 @@ struct NodeOptions {
   /// Mutual TLS: this node's certificate, its private key and the CA that signed the
   /// controllers' certificates (caf-node's --tls-cert, --tls-key, --tls-ca).
   TlsFiles tls;
+};
+
+/// A peer connected to the node's middleman (a controller) and how long it has been silent.
+struct PeerLiveness {
+  std::string peer;                         ///< "host:port" of the connection's far end
+  double seconds_since_last_message = 0.0;  ///< BASP heartbeats count as messages
 };
 
 class NodeServer {
@@ -48,6 +57,12 @@ class NodeServer {
   NodeServer& operator=(const NodeServer&) = delete;
   int port() const;
   const NodeInfo& info() const;
+  /// Connections the front door refused for a proof that does not match the shared secret.
+  uint64_t wrong_secret_count() const;
+  /// The peers of the middleman's connections, read on its I/O thread (where the BASP broker
+  /// keeps each connection's last-message time); empty when that thread does not answer
+  /// within `timeout`.
+  std::vector<PeerLiveness> peer_liveness(std::chrono::milliseconds timeout) const;
 
   struct Impl;
 

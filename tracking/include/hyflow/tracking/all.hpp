@@ -4,6 +4,7 @@
 
 #include <hyflow/tracking/console_tracker.hpp>
 #include <hyflow/tracking/jsonl_tracker.hpp>
+#include <hyflow/tracking/prometheus_tracker.hpp>
 #include <hyflow/tracking/run_info.hpp>
 #include <hyflow/tracking/tensorboard_tracker.hpp>
 #include <hyflow/tracking/tfrecord.hpp>

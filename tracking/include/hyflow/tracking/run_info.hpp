@@ -2,9 +2,17 @@
 // RunInfo: what a tracker learns about the run it records when it is created.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace hyflow::tracking {
+
+/// trainer.prometheus.*: where the "prometheus" tracker serves GET /metrics (docs/metrics.md).
+struct PrometheusEndpoint {
+  std::optional<int64_t> port;  ///< required with the tracker; 0: a free port (printed)
+  std::string bind = "127.0.0.1";
+  std::optional<std::string> token_file;  ///< a bearer token; required to bind other than loopback
+};
 
 struct RunInfo {
   std::string project_name;     ///< trainer.project_name
@@ -15,6 +23,7 @@ struct RunInfo {
   int64_t resumed_step = 0;     ///< the checkpoint step the run resumes from; 0: a fresh run
   /// trainer.console_every: the console prints every Nth step; 0: 1 on a terminal, 10 elsewhere.
   int64_t console_every = 0;
+  PrometheusEndpoint prometheus;  ///< trainer.prometheus.*
 };
 
 }  // namespace hyflow::tracking

@@ -7,6 +7,7 @@
 // is loaded or launched: a bad value fails at once, naming the key.
 
 #include <hyflow/core/config_key.hpp>
+#include <hyflow/tracking/run_info.hpp>
 #include <hyflow/trainer/config.hpp>
 
 #include <nlohmann/json.hpp>
@@ -134,6 +135,7 @@ struct TrainerSection {
   /// verl's trainer.profile_steps: global steps whose step timeline is written to
   /// {default_local_dir}/timeline/step_<N>.trace.json (empty: none; docs/profiling.md).
   std::vector<int64_t> profile_steps;
+  tracking::PrometheusEndpoint prometheus;  ///< trainer.prometheus.*: the prometheus tracker's endpoint
   int64_t world_size() const { return nnodes * n_gpus_per_node; }
   /// default_local_dir, resolved.
   std::string local_dir() const;
