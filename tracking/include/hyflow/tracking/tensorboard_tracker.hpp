@@ -9,8 +9,8 @@
 // - log(metrics, step): one Event per step; each number (float, integer, boolean) becomes a
 //   rank-0 DT_FLOAT tensor with the "scalars" plugin's metadata: the logged double rounded once
 //   to float32 (TensorBoard's scalar type; the exact doubles stay in metrics.jsonl). Other
-//   values (strings, null, lists, objects) are skipped. Every event is flushed when written: a crash loses at most the record being
-//   written, and a reader still gets every record before it.
+//   values (strings, null, lists, objects) are skipped. Every event is flushed when written: a
+//   crash loses at most the record being written, and a reader still gets every record before it.
 // - log_config(config): the config as indented JSON in a text summary (tag "config", the
 //   "text" plugin), at step 0.
 // - A fresh run (resumed_step 0) moves the event files an earlier run left in the folder to a
