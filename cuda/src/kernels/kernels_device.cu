@@ -7,6 +7,7 @@
 #include <hyflow/cuda/kernels.hpp>
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <string>
 
@@ -85,11 +86,18 @@ namespace device {
 
 int device_count() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // no driver or no device: clear the sticky error
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status == cudaSuccess) return n;
+  (void)cudaGetLastError();  // clear the error before anything else asks the runtime
+  // "No device" is a machine without a driver or a driver without devices. The runtime reports a
+  // missing driver as "insufficient driver" too, so that case is told apart by whether it could
+  // load libcuda.so.1 (RTLD_NOLOAD: only asks whether the library is already loaded).
+  const bool no_driver_library = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) == nullptr;
+  if (status == cudaErrorNoDevice || status == cudaErrorStubLibrary ||
+      (status == cudaErrorInsufficientDriver && no_driver_library))
     return 0;
-  }
-  return n;
+  throw Error(std::string("CUDA: cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+              cudaGetErrorString(status) + "); the driver is loaded but cannot serve this CUDA runtime");
 }
 
 bool available() {

@@ -99,8 +99,12 @@ void sample(const SampleArgs& args, int block_threads = kDefaultBlockThreads);
 
 namespace device {
 /// True when this build has the CUDA kernels (HYFLOW_CUDA) and the CUDA runtime sees a device.
+/// Throws as device_count() does.
 bool available();
-/// Number of visible CUDA devices (0 without a driver or without the CUDA build).
+/// Number of visible CUDA devices: 0 without the CUDA build, on a machine without a CUDA driver
+/// (no libcuda.so.1, or only the toolkit's stub) or whose driver sees no device. Any other CUDA
+/// error (a driver older than the runtime, a broken install) is a hyflow::Error naming it: a GPU
+/// machine that cannot run the kernels must fail its tests, not skip them.
 int device_count();
 /// CUDA build only: enqueue on `stream` (a cudaStream_t) for device pointers; asynchronous.
 /// Throws hyflow::Error with the CUDA error string when the launch fails.
