@@ -567,8 +567,8 @@ namespace {
 std::vector<DecodeRequest> pool_requests() {
   std::vector<DecodeRequest> out;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
-    out.push_back(DecodeRequest{.prompt = kPrompts[i], .n = 2, .max_new_tokens = 24,
-                                .first_row_id = static_cast<int64_t>(2 * i)});
+    out.push_back(DecodeRequest{
+        .prompt = kPrompts[i], .n = 2, .max_new_tokens = 24, .first_row_id = static_cast<int64_t>(2 * i)});
   }
   return out;
 }
@@ -634,8 +634,8 @@ TEST_CASE("the KV pool fits a byte budget: requests wait for blocks, greedy toke
 }
 
 TEST_CASE("gpu_memory_utilization sizes the pool from the injected device memory report (vLLM's rule)") {
-  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}) == 100);          // 500 allowed - 400 in use
-  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}, 150) == 250);     // the pool held counts as free
+  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}) == 100);       // 500 allowed - 400 in use
+  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}, 150) == 250);  // the pool held counts as free
   CHECK(kv_budget_bytes(1.0, {.free = 1000, .total = 1000}) == 1000);
   CHECK_THROWS_WITH(kv_budget_bytes(0.3, {.free = 600, .total = 1000}),
                     Catch::Contains("400 bytes are already in use"));

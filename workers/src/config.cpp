@@ -317,8 +317,7 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   s.read("max_num_seqs", r.max_num_seqs, {.help = "most sequences the decode engine runs at once", .minimum = 1});
   s.read("free_cache_engine", r.free_cache_engine, {.help = "release the KV pool after each rollout"});
   s.read("kv_cache_bytes", r.kv_cache_bytes,
-         {.help = "hyflow: most bytes of the KV pool on any device (null: none; the CPU's only byte cap)",
-          .minimum = 1});
+         {.help = "hyflow: most bytes of the KV pool, any device (null: no cap)", .minimum = 1});
   read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
   r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;

@@ -151,8 +151,8 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   // Attention reads the context in chunks of whole blocks, each gathering at most chunk_elements_
   // keys (and as many values): one chunk (one gather, one softmax) when the whole context fits.
   const int64_t per_position = R * kv_heads_ * D;
-  const int64_t chunk_blocks = std::clamp<int64_t>(chunk_elements_ / std::max<int64_t>(1, per_position * bs), 1,
-                                                   max_blocks);
+  const int64_t chunk_blocks =
+      std::clamp<int64_t>(chunk_elements_ / std::max<int64_t>(1, per_position * bs), 1, max_blocks);
   const int64_t chunks = (max_blocks + chunk_blocks - 1) / chunk_blocks;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
   // Chunk c: the cache slots of its positions (R * positions: block b's are b * bs + 0..bs-1) and
