@@ -1,6 +1,7 @@
 // The built-in "hf" rollout backend: inference::generate on the served model with a long-lived
 // DecodeEngine (its KV pool, scratch and, for float32 CPU models, packed weights kept between
-// calls), the reference generation path where the engine does not apply.
+// calls; free_cache_engine releases the pool and the scratch), the reference generation path
+// where the engine does not apply.
 #include "decode_rollout.hpp"
 
 #include <hyflow/core/error.hpp>
@@ -16,7 +17,8 @@ class DecodeRollout final : public RolloutBackend {
   }
 
   DataProto generate_sequences(const DataProto& prompts, const inference::GenerationOptions& options) override {
-    // Built at the first call that can use it, kept until free_cache_engine.
+    // Built at the first call that can use it with that call's options.decode (the worker's are
+    // the same every call); its KV pool is released by free_cache_engine and remade by the next run.
     if (!engine_ && options.engine == inference::GenerationEngine::kDecode && inference::DecodeEngine::supports(model_))
       engine_ = std::make_unique<inference::DecodeEngine>(model_, options.decode);
     return engine_ ? inference::generate(model_, prompts, options, *engine_)
@@ -35,7 +37,11 @@ class DecodeRollout final : public RolloutBackend {
     if (engine_) engine_->drop_packed_weights();
   }
 
-  void free_cache_engine() override { engine_.reset(); }
+  // verl's free_cache_engine: the KV pool and the scratch go; the packed weights stay (a sharded
+  // policy has none between rollouts: the worker calls weights_changed after its gather).
+  void free_cache_engine() override {
+    if (engine_) engine_->free_cache();
+  }
 
   nlohmann::json stats() const override {
     if (!engine_) return nlohmann::json{{"engine", false}};
@@ -44,7 +50,11 @@ class DecodeRollout final : public RolloutBackend {
                           {"packed_weights", s.packed_weights},
                           {"pack_s", s.pack_s},
                           {"packed_bytes", engine_->packed_bytes()},
-                          {"steps", s.steps}};
+                          {"steps", s.steps},
+                          {"kv_pool_bytes", engine_->kv_pool_bytes()},
+                          {"kv_pool_blocks", s.kv_pool_blocks},
+                          {"kv_block_bytes", s.kv_block_bytes},
+                          {"peak_kv_blocks", s.peak_kv_blocks}};
   }
 
  private:

@@ -170,3 +170,37 @@ TEST_CASE("bf16 models decode on the ATen backend, scored like the actor scores 
   CHECK(gap.max().item<double>() <= 0.1);
   CHECK(gap.eq(0).to(torch::kFloat).mean().item<double>() > 0.9);
 }
+
+TEST_CASE(
+    "the ATen backend attends in chunks of blocks: the largest gather stays under the bound whatever the rows and "
+    "context, greedy tokens equal the single gather's") {
+  const auto config = qwen2_config();
+  auto model = make_model(config, 51);
+  const int64_t kv_row = config.num_key_value_heads * config.resolved_head_dim();  // elements per row and position
+  std::vector<int64_t> prompt(8);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>(3 + (7 * i) % 30);
+  const DecodeSampling sampling{.sampling = {.greedy = true}, .return_log_probs = true};
+  // 8 prefill rows over 8 positions, then 8 rows over up to 8 + new - 1 positions.
+  const int64_t bound = 64 * kv_row;  // 8 rows x 2 blocks of 4
+  int64_t previous_whole = 0;
+  for (const int64_t new_tokens : {40, 80}) {
+    INFO("max_new_tokens " << new_tokens);
+    const std::vector<DecodeRequest> requests{DecodeRequest{.prompt = prompt, .n = 8, .max_new_tokens = new_tokens}};
+    DecodeEngine whole(model, {.block_size = 4, .backend = DecodeBackend::kAten});
+    DecodeEngine chunked(model, {.block_size = 4, .backend = DecodeBackend::kAten, .attention_chunk_elements = bound});
+    const auto a = whole.run(requests, sampling);
+    const auto b = chunked.run(requests, sampling);
+    // the single gather grows with rows x context; the chunked one does not pass the bound
+    CHECK(whole.stats().attention_gather_elements == 8 * (8 + new_tokens - 1) * kv_row);
+    CHECK(whole.stats().attention_gather_elements > previous_whole);
+    previous_whole = whole.stats().attention_gather_elements;
+    CHECK(chunked.stats().attention_gather_elements <= bound);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].tokens == b[i].tokens);
+      REQUIRE(a[i].log_probs.size() == b[i].log_probs.size());
+      for (size_t t = 0; t < a[i].log_probs.size(); ++t) CHECK(std::abs(a[i].log_probs[t] - b[i].log_probs[t]) < 1e-5);
+    }
+  }
+  CHECK_THROWS_AS(DecodeEngine(model, {.attention_chunk_elements = 0}), ValueError);
+}

@@ -559,3 +559,150 @@ TEST_CASE("decode engine rejects bad requests and generate falls back for prompt
   opts.engine = GenerationEngine::kDecode;
   CHECK(torch::equal(reference.batch["responses"], generate(model, prompts, opts).batch["responses"]));
 }
+
+// ---- the KV pool's size (issue 27.3) ----
+
+namespace {
+
+std::vector<DecodeRequest> pool_requests() {
+  std::vector<DecodeRequest> out;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    out.push_back(DecodeRequest{
+        .prompt = kPrompts[i], .n = 2, .max_new_tokens = 24, .first_row_id = static_cast<int64_t>(2 * i)});
+  }
+  return out;
+}
+
+// KV blocks request r of pool_requests() can reach with block size 4 and prefix sharing.
+int64_t pool_need(const DecodeRequest& r, int64_t bs) {
+  const auto len = static_cast<int64_t>(r.prompt.size());
+  const int64_t shared = len / bs, reach = (len + r.max_new_tokens + bs - 1) / bs;
+  return shared + r.n * (reach - shared);
+}
+
+bool same_tokens(const std::vector<DecodeOutput>& a, const std::vector<DecodeOutput>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].tokens != b[i].tokens) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the KV pool fits a byte budget: requests wait for blocks, greedy tokens do not change (both backends)") {
+  auto model = make_model(qwen2_config(), 41);
+  const DecodeSampling greedy{.sampling = {.greedy = true}, .eos_token_ids = {}};
+  const auto requests = pool_requests();
+  for (auto backend : {DecodeBackend::kKernels, DecodeBackend::kAten}) {
+    INFO((backend == DecodeBackend::kAten ? "aten" : "kernels"));
+    // verl's max_num_seqs default: a cap of 1024 sequences must not size the pool for 1024.
+    DecodeEngine unbounded(model, {.max_batch = 1024, .block_size = 4, .backend = backend});
+    const auto expected = unbounded.run(requests, greedy);
+    const int64_t block_bytes = unbounded.stats().kv_block_bytes;
+    int64_t all = 0, largest = 0;
+    for (const auto& r : requests) {
+      all += pool_need(r, 4);
+      largest = std::max(largest, pool_need(r, 4));
+    }
+    CHECK(unbounded.stats().kv_pool_blocks == all);  // every request at once, not 1024 x the longest
+    CHECK(unbounded.kv_pool_bytes() == all * block_bytes);
+    CHECK(unbounded.stats().kv_pool_budget == 0);
+
+    // A budget of the largest request plus a little: one request at a time, mostly.
+    const int64_t budget = largest * block_bytes + block_bytes / 2;
+    DecodeEngine bounded(model, {.block_size = 4, .backend = backend, .kv_cache_bytes = budget});
+    const auto got = bounded.run(requests, greedy);
+    CHECK(same_tokens(got, expected));
+    CHECK(bounded.stats().kv_pool_budget == budget);
+    CHECK(bounded.stats().kv_pool_blocks == largest);
+    CHECK(bounded.kv_pool_bytes() <= budget);
+    CHECK(bounded.stats().peak_kv_blocks <= largest);
+    CHECK(bounded.stats().steps > unbounded.stats().steps);  // the requests took turns
+
+    // A bigger run on the same engine stays within the budget too (the pool is not grown past it).
+    auto twice = requests;
+    for (auto r : requests) twice.push_back(r);
+    bounded.run(twice, greedy);
+    CHECK(bounded.kv_pool_bytes() <= budget);
+
+    // A request that can never fit is an error naming the sizes, before anything runs.
+    DecodeEngine small(model, {.block_size = 4, .backend = backend, .kv_cache_bytes = (largest - 1) * block_bytes});
+    CHECK_THROWS_WITH(small.run(requests, greedy),
+                      Catch::Contains("request 0") && Catch::Contains(std::to_string(largest) + " KV blocks") &&
+                          Catch::Contains("holds " + std::to_string(largest - 1) + " blocks"));
+  }
+}
+
+TEST_CASE("gpu_memory_utilization sizes the pool from the injected device memory report (vLLM's rule)") {
+  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}) == 100);       // 500 allowed - 400 in use
+  CHECK(kv_budget_bytes(0.5, {.free = 600, .total = 1000}, 150) == 250);  // the pool held counts as free
+  CHECK(kv_budget_bytes(1.0, {.free = 1000, .total = 1000}) == 1000);
+  CHECK_THROWS_WITH(kv_budget_bytes(0.3, {.free = 600, .total = 1000}),
+                    Catch::Contains("400 bytes are already in use"));
+  CHECK_THROWS_AS(kv_budget_bytes(0.0, {.free = 600, .total = 1000}), ValueError);
+  CHECK_THROWS_AS(kv_budget_bytes(1.5, {.free = 600, .total = 1000}), ValueError);
+  CHECK_THROWS_AS(kv_budget_bytes(0.5, {.free = 1200, .total = 1000}), ValueError);
+
+  auto model = make_model(llama_config(), 42);
+  const DecodeSampling greedy{.sampling = {.greedy = true}};
+  const auto requests = pool_requests();
+  DecodeEngine sizing(model, {.block_size = 4});
+  const auto expected = sizing.run(requests, greedy);
+  const int64_t block_bytes = sizing.stats().kv_block_bytes;
+  int64_t largest = 0;
+  for (const auto& r : requests) largest = std::max(largest, pool_need(r, 4));
+
+  const int64_t total = int64_t{1} << 30;
+  const int64_t room = (largest + 1) * block_bytes;  // what utilization x total leaves beyond the memory in use
+  std::vector<c10::Device> asked;
+  const DecodeEngine* self = nullptr;  // the device also holds this engine's own pool
+  DecodeEngineOptions options{.block_size = 4, .gpu_memory_utilization = 0.5};
+  options.memory_info = [&](const c10::Device& device) {
+    asked.push_back(device);
+    const int64_t others = total / 2 - room;
+    return DeviceMemory{.free = total - others - (self ? self->kv_pool_bytes() : 0), .total = total};
+  };
+  DecodeEngine engine(model, options);
+  self = &engine;
+  CHECK(same_tokens(engine.run(requests, greedy), expected));
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0] == c10::Device(c10::kCPU));
+  CHECK(engine.stats().kv_pool_budget == room);
+  CHECK(engine.stats().kv_pool_blocks == largest + 1);
+  CHECK(engine.kv_pool_bytes() <= room);
+  // the second run counts the pool it holds as free: the same budget, the same pool
+  CHECK(same_tokens(engine.run(requests, greedy), expected));
+  CHECK(engine.stats().kv_pool_budget == room);
+  CHECK(asked.size() == 2);
+  self = nullptr;
+  // the smaller of the two budgets wins
+  options.kv_cache_bytes = largest * block_bytes;
+  DecodeEngine both(model, options);
+  both.run(requests, greedy);
+  CHECK(both.stats().kv_pool_budget == largest * block_bytes);
+  // a CPU model without a memory report ignores gpu_memory_utilization
+  DecodeEngine cpu(model, {.block_size = 4, .gpu_memory_utilization = 0.5});
+  cpu.run(requests, greedy);
+  CHECK(cpu.stats().kv_pool_budget == 0);
+  CHECK_THROWS_AS(DecodeEngine(model, {.gpu_memory_utilization = 1.5}), ValueError);
+  CHECK_THROWS_AS(DecodeEngine(model, {.kv_cache_bytes = -1}), ValueError);
+}
+
+TEST_CASE("free_cache releases the KV pool and the scratch; the next run remakes them and gives the same tokens") {
+  auto model = make_model(qwen2_config(), 43);
+  const DecodeSampling greedy{.sampling = {.greedy = true}};
+  for (auto backend : {DecodeBackend::kKernels, DecodeBackend::kAten}) {
+    INFO((backend == DecodeBackend::kAten ? "aten" : "kernels"));
+    DecodeEngine engine(model, {.block_size = 4, .backend = backend});
+    const auto first = engine.run(pool_requests(), greedy);
+    const int64_t pool = engine.kv_pool_bytes();
+    const int64_t packed = engine.packed_bytes();
+    CHECK(pool > 0);
+    engine.free_cache();
+    CHECK(engine.kv_pool_bytes() == 0);
+    CHECK(engine.packed_bytes() == packed);  // the packed weights stay
+    CHECK(same_tokens(engine.run(pool_requests(), greedy), first));
+    CHECK(engine.kv_pool_bytes() == pool);
+    CHECK(engine.stats().packed_weights == 0);
+  }
+}

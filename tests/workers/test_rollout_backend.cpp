@@ -145,8 +145,8 @@ TEST_CASE("an unknown rollout.name fails when the config is read, naming the key
 }
 
 TEST_CASE(
-    "the built-in hf backend: free_cache_engine drops the engine, the next rollout rebuilds it and gives the "
-    "same greedy tokens") {
+    "the built-in hf backend: free_cache_engine releases the KV pool (packed weights kept), the next rollout "
+    "rebuilds it and gives the same greedy tokens") {
   models::CausalLM model(tiny_config());
   auto backend = rollout::make_rollout_backend("hf", {.model = model});
   inference::GenerationOptions options;
@@ -156,11 +156,51 @@ TEST_CASE(
   options.engine = inference::GenerationEngine::kDecode;
   const DataProto first = backend->generate_sequences(prompts(3), options);
   CHECK(backend->stats().at("engine") == true);
-  CHECK(backend->stats().at("packed_bytes").get<int64_t>() > 0);
+  const int64_t packed = backend->stats().at("packed_bytes").get<int64_t>();
+  CHECK(packed > 0);
+  const int64_t pool = backend->stats().at("kv_pool_bytes").get<int64_t>();
+  CHECK(pool > 0);
+  const Json stats = backend->stats();
+  CHECK(pool == stats.at("kv_pool_blocks").get<int64_t>() * stats.at("kv_block_bytes").get<int64_t>());
   backend->free_cache_engine();
-  CHECK(backend->stats().at("engine") == false);
+  CHECK(backend->stats().at("kv_pool_bytes").get<int64_t>() == 0);
+  CHECK(backend->stats().at("packed_bytes").get<int64_t>() == packed);
   const DataProto again = backend->generate_sequences(prompts(3), options);
   CHECK(backend->stats().at("engine") == true);
+  CHECK(backend->stats().at("kv_pool_bytes").get<int64_t>() == pool);
+  CHECK(backend->stats().at("packed_weights").get<int64_t>() == 0);  // nothing repacked
   CHECK(torch::equal(first.batch.at("responses"), again.batch.at("responses")));
   CHECK(torch::equal(first.batch.at("attention_mask"), again.batch.at("attention_mask")));
+}
+
+TEST_CASE("the worker frees the rollout's KV pool after each rollout when rollout.free_cache_engine is true") {
+  for (const bool free_cache : {true, false}) {
+    DYNAMIC_SECTION("free_cache_engine = " << free_cache) {
+      Runtime rt;
+      Json config = actor_rollout_ref_config();
+      config["rollout"]["free_cache_engine"] = free_cache;
+      WorkerGroup canned_config = group(rt, 1, "actor_rollout", [&] {
+        Json c = config;
+        c["rollout"]["name"] = "canned";
+        return c;
+      }());
+      const int freed = CannedRollout::freed.load();
+      canned_config.call(&ActorRolloutRefWorker::generate_sequences, prompts(2));
+      CHECK(CannedRollout::freed.load() == freed + (free_cache ? 1 : 0));
+
+      WorkerGroup hf = group(rt, 1, "actor_rollout", config);
+      DataProto greedy = prompts(3);
+      greedy.meta_info["do_sample"] = false;
+      const DataProto first = hf.call(&ActorRolloutRefWorker::generate_sequences, greedy);
+      const Json stats = std::vector<Json>(hf.call(&ActorRolloutRefWorker::decode_stats)).front();
+      CHECK(stats.at("engine") == true);
+      CHECK(stats.at("kv_pool_blocks").get<int64_t>() > 0);  // the run had a pool
+      if (free_cache)
+        CHECK(stats.at("kv_pool_bytes").get<int64_t>() == 0);
+      else
+        CHECK(stats.at("kv_pool_bytes").get<int64_t>() > 0);
+      const DataProto again = hf.call(&ActorRolloutRefWorker::generate_sequences, greedy);  // the pool remade
+      CHECK(torch::equal(first.batch.at("responses"), again.batch.at("responses")));
+    }
+  }
 }

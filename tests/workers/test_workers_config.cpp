@@ -43,6 +43,10 @@ TEST_CASE("actor_rollout_ref config: verl defaults where keys are absent") {
   CHECK(c.rollout.temperature == 1.0);
   CHECK(c.rollout.top_k == -1);
   CHECK(c.rollout.val_kwargs.temperature == 0.0);
+  CHECK(c.rollout.gpu_memory_utilization == 0.5);  // verl's KV pool defaults
+  CHECK(c.rollout.max_num_seqs == 1024);
+  CHECK(c.rollout.free_cache_engine);
+  CHECK_FALSE(c.rollout.kv_cache_bytes.has_value());
   CHECK(c.ref.max_token_len_per_gpu == 16384);
 }
 
@@ -57,6 +61,16 @@ TEST_CASE("actor_rollout_ref config: values are read with verl's key names") {
   CHECK(c.rollout.log_prob.micro_batch_size_per_gpu == 2);
   CHECK(c.ref.micro_batch_size_per_gpu == 3);
   CHECK(c.rollout.seed == 7);
+  Json kv = actor_rollout_ref_config();
+  kv["rollout"]["gpu_memory_utilization"] = 0.8;
+  kv["rollout"]["max_num_seqs"] = 64;
+  kv["rollout"]["free_cache_engine"] = false;
+  kv["rollout"]["kv_cache_bytes"] = 1 << 20;
+  c = parse_actor_rollout_ref_config(kv);
+  CHECK(c.rollout.gpu_memory_utilization == 0.8);
+  CHECK(c.rollout.max_num_seqs == 64);
+  CHECK_FALSE(c.rollout.free_cache_engine);
+  CHECK(c.rollout.kv_cache_bytes == 1 << 20);
 }
 
 TEST_CASE("critic config: verl's critic lr default 1e-5 and forward micro-batch falls back to ppo's") {
@@ -150,6 +164,10 @@ TEST_CASE("bad config values are ValueErrors naming the key and the value") {
   CHECK_THAT(with("actor", "ulysses_sequence_parallel_size", 2), Catch::Contains("ulysses_sequence_parallel_size"));
   CHECK_THAT(with("rollout", "top_p", 1.5), Catch::Contains("actor_rollout_ref.rollout.top_p"));
   CHECK_THAT(with("rollout", "n", -1), Catch::Contains("actor_rollout_ref.rollout.n"));
+  CHECK_THAT(with("rollout", "gpu_memory_utilization", 1.5),
+             Catch::Contains("actor_rollout_ref.rollout.gpu_memory_utilization") && Catch::Contains("(0, 1]"));
+  CHECK_THAT(with("rollout", "max_num_seqs", 0), Catch::Contains("actor_rollout_ref.rollout.max_num_seqs"));
+  CHECK_THAT(with("rollout", "kv_cache_bytes", 0), Catch::Contains("actor_rollout_ref.rollout.kv_cache_bytes"));
   CHECK_THAT(with("model", "path", ""), Catch::Contains("actor_rollout_ref.model.path"));
   CHECK_THAT(with("model", "lora_rank", 8), Catch::Contains("lora_rank"));
   auto kl = actor_rollout_ref_config(4, {{"use_kl_loss", true}, {"kl_loss_type", "k9"}});

@@ -122,6 +122,10 @@ inference::GenerationOptions ActorRolloutRefWorker::generation_options(const Dat
   // The decode engine (paged KV cache, continuous batching, shared prefill of the n samples) on
   // float32 CPU policies; generate() falls back to the reference path for other models.
   options.engine = inference::GenerationEngine::kDecode;
+  // The KV pool's sizing (docs/inference.md, "KV pool"): gpu_memory_utilization applies on CUDA only.
+  options.decode.max_batch = r.max_num_seqs;
+  options.decode.gpu_memory_utilization = r.gpu_memory_utilization;
+  options.decode.kv_cache_bytes = r.kv_cache_bytes.value_or(0);
   {
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);
     std::lock_guard lock(rollout_generator_->mutex());
@@ -148,6 +152,8 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
   }
   DataProto out;
   if (has_rows) out = rollout_->generate_sequences(input, options);
+  // verl's free_cache_engine: the KV pool goes before training (the sharding manager's exit).
+  if (config_.rollout.free_cache_engine) rollout_->free_cache_engine();
   if (policy_fsdp_) {
     handoff.peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
     // The gather writes the parameters' storage without bumping their version counters, and a

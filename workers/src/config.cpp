@@ -311,6 +311,13 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
          {.help = "response tokens (null: data.max_response_length)", .null_default = true, .minimum = 1});
   s.read("calculate_log_probs", r.calculate_log_probs, {.help = "return rollout_log_probs"});
   s.read("seed", r.seed, {.set_by_trainer = true});  // trainer.seed; rank r samples with seed + r
+  s.read("gpu_memory_utilization", r.gpu_memory_utilization,
+         {.help = "CUDA: the KV pool fits in this x device memory - memory in use (vLLM's); ignored on CPU",
+          .minimum = 0});
+  s.read("max_num_seqs", r.max_num_seqs, {.help = "most sequences the decode engine runs at once", .minimum = 1});
+  s.read("free_cache_engine", r.free_cache_engine, {.help = "release the KV pool after each rollout"});
+  s.read("kv_cache_bytes", r.kv_cache_bytes,
+         {.help = "hyflow: most bytes of the KV pool, any device (null: no cap)", .minimum = 1});
   read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
   r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
@@ -321,11 +328,8 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
             "data_parallel_size",
             "expert_parallel_size",
             "pipeline_model_parallel_size",
-            "gpu_memory_utilization",
             "max_num_batched_tokens",
-            "max_num_seqs",
             "max_model_len",
-            "free_cache_engine",
             "enforce_eager",
             "cudagraph_capture_sizes",
             "load_format",
@@ -368,6 +372,8 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   require_config(r.temperature >= 0, s.key_path("temperature"), ">= 0", r.temperature);
   require_config(r.top_p > 0 && r.top_p <= 1, s.key_path("top_p"), "in (0, 1]", r.top_p);
   require_config(r.min_p >= 0 && r.min_p <= 1, s.key_path("min_p"), "in [0, 1]", r.min_p);
+  require_config(r.gpu_memory_utilization > 0 && r.gpu_memory_utilization <= 1, s.key_path("gpu_memory_utilization"),
+                 "in (0, 1]", r.gpu_memory_utilization);
   require_config(!r.do_sample || r.temperature > 0, s.key_path("temperature"), "> 0 when do_sample is true",
                  r.temperature);
 }

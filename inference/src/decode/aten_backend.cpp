@@ -38,8 +38,11 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
 
 }  // namespace
 
-AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size)
-    : model_(std::move(model)), block_size_(block_size) {
+AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements)
+    : model_(std::move(model)), block_size_(block_size), chunk_elements_(attention_chunk_elements) {
+  if (chunk_elements_ <= 0) {
+    throw ValueError("DecodeEngine: attention_chunk_elements must be > 0, got " + std::to_string(chunk_elements_));
+  }
   if (!supports(model_)) {
     throw ValueError(
         "DecodeEngine (ATen backend): the model's parameters must be floating point, contiguous and on "
@@ -70,8 +73,18 @@ int64_t AtenBackend::kv_block_bytes() const {
          static_cast<int64_t>(c10::elementSize(options_.dtype().toScalarType()));
 }
 
-int64_t AtenBackend::prepare(int64_t blocks, int64_t max_pos) {
-  if (!kv_.defined() || blocks > blocks_) {
+int64_t AtenBackend::pool_bytes() const {
+  return kv_.defined() ? static_cast<int64_t>(kv_.nbytes()) : 0;
+}
+
+void AtenBackend::release() {
+  kv_ = at::Tensor();
+  blocks_ = 0;
+  cos_ = sin_ = logits_ = at::Tensor();
+}
+
+int64_t AtenBackend::prepare(int64_t blocks, int64_t most, int64_t max_pos) {
+  if (!kv_.defined() || blocks > blocks_ || blocks_ > most) {
     kv_ = at::Tensor();  // the old pool goes before the new one is allocated
     // Zeros, not empty: attention gathers whole blocks and masks the positions past a row's
     // context, and 0 * NaN from uninitialized memory would survive the mask.
@@ -135,12 +148,33 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   const auto logits_rows = dev.narrow(0, 4 * R, n_logits);
   const auto table = dev.narrow(0, 4 * R + n_logits, R * max_blocks).view({R, max_blocks});
 
-  // Cache slots of every row's context, (R, context): block b's positions are b * bs + 0..bs-1.
+  // Attention reads the context in chunks of whole blocks, each gathering at most chunk_elements_
+  // keys (and as many values): one chunk (one gather, one softmax) when the whole context fits.
+  const int64_t per_position = R * kv_heads_ * D;
+  const int64_t chunk_blocks =
+      std::clamp<int64_t>(chunk_elements_ / std::max<int64_t>(1, per_position * bs), 1, max_blocks);
+  const int64_t chunks = (max_blocks + chunk_blocks - 1) / chunk_blocks;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
-  const auto gather = (table.unsqueeze(-1) * bs + at::arange(bs, long_options)).view({R, max_blocks * bs});
-  const auto context_slots = gather.narrow(1, 0, context).reshape({-1});
-  // (R, 1, 1, context): positions past a row's own context
-  const auto blocked = at::arange(context, long_options).unsqueeze(0).ge(lengths.unsqueeze(1)).view({R, 1, 1, context});
+  // Chunk c: the cache slots of its positions (R * positions: block b's are b * bs + 0..bs-1) and
+  // (R, 1, 1, positions) true past a row's own context.
+  struct Chunk {
+    at::Tensor slots, blocked;
+    int64_t positions = 0;
+  };
+  auto chunk_of = [&](int64_t c) {
+    const int64_t b0 = c * chunk_blocks, nb = std::min(chunk_blocks, max_blocks - b0);
+    const int64_t p0 = b0 * bs, n = std::min(nb * bs, context - p0);
+    Chunk out;
+    out.positions = n;
+    out.slots = (table.narrow(1, b0, nb).unsqueeze(-1) * bs + at::arange(bs, long_options))
+                    .view({R, nb * bs})
+                    .narrow(1, 0, n)
+                    .reshape({-1});
+    out.blocked = at::arange(p0, p0 + n, long_options).unsqueeze(0).ge(lengths.unsqueeze(1)).view({R, 1, 1, n});
+    return out;
+  };
+  const Chunk whole = chunks == 1 ? chunk_of(0) : Chunk{};  // made once per pass, used by every layer
+  peak_gather_ = std::max(peak_gather_, per_position * std::min(context, chunk_blocks * bs));
   const auto cos = cos_.index_select(0, positions).unsqueeze(1);  // (R, 1, D)
   const auto sin = sin_.index_select(0, positions).unsqueeze(1);
   auto rotate = [&](const at::Tensor& x) {  // (R, heads, D), the model's apply_rotary
@@ -164,14 +198,45 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
     auto values = kv_.select(0, l).select(0, 1);
     keys.index_copy_(0, slots, k);
     values.index_copy_(0, slots, v);
-    // (R, context, kv_heads, D) -> (R, kv_heads, context, D)
-    auto K = keys.index_select(0, context_slots).view({R, context, kv_heads_, D}).permute({0, 2, 1, 3});
-    auto V = values.index_select(0, context_slots).view({R, context, kv_heads_, D}).permute({0, 2, 1, 3});
     // query head h reads kv head h / G: (R, H, D) -> (R, kv_heads, G, D)
-    auto scores = at::matmul(q.view({R, kv_heads_, G, D}), K.transpose(2, 3)) / scale;  // (R, kv_heads, G, context)
-    scores = scores.masked_fill(blocked, masked);
-    auto probs = at::softmax(scores, -1, at::kFloat).to(V.scalar_type());
-    auto att = at::matmul(probs, V).reshape({R, heads_ * D});
+    const auto qg = q.view({R, kv_heads_, G, D});
+    // A chunk's keys and values, (R, positions, kv_heads, D) -> (R, kv_heads, positions, D), and
+    // its masked scores (R, kv_heads, G, positions).
+    auto attend_chunk = [&](const Chunk& c, at::Tensor& V) {
+      auto K = keys.index_select(0, c.slots).view({R, c.positions, kv_heads_, D}).permute({0, 2, 1, 3});
+      V = values.index_select(0, c.slots).view({R, c.positions, kv_heads_, D}).permute({0, 2, 1, 3});
+      return (at::matmul(qg, K.transpose(2, 3)) / scale).masked_fill(c.blocked, masked);
+    };
+    at::Tensor att;
+    if (chunks == 1) {
+      at::Tensor V;
+      auto scores = attend_chunk(whole, V);
+      auto probs = at::softmax(scores, -1, at::kFloat).to(V.scalar_type());
+      att = at::matmul(probs, V).reshape({R, heads_ * D});
+    } else {
+      // Online softmax in float32 (FlashAttention's): running max m, denominator l and
+      // unnormalized sum acc of the chunks so far, rescaled by exp(m_old - m_new) per chunk. Every
+      // row has position 0 in the first chunk, so m is finite from there on and a chunk wholly
+      // past a row's context adds exp(masked - m) = 0.
+      at::Tensor m, l, acc;
+      for (int64_t c = 0; c < chunks; ++c) {
+        at::Tensor V;
+        const auto scores = attend_chunk(chunk_of(c), V).to(at::kFloat);
+        const auto m_new = c == 0 ? scores.amax(-1, /*keepdim=*/true) : at::maximum(m, scores.amax(-1, true));
+        const auto p = at::exp(scores - m_new);
+        const auto pv = at::matmul(p.to(V.scalar_type()), V).to(at::kFloat);  // (R, kv_heads, G, D)
+        if (c == 0) {
+          l = p.sum(-1, /*keepdim=*/true);
+          acc = pv;
+        } else {
+          const auto alpha = at::exp(m - m_new);
+          l = l * alpha + p.sum(-1, true);
+          acc = acc * alpha + pv;
+        }
+        m = m_new;
+      }
+      att = (acc / l).to(options_.dtype().toScalarType()).reshape({R, heads_ * D});
+    }
     x = x + linear(att, a.o_proj);
     auto& f = *layer->mlp;
     auto h2 = rms_norm(x, layer->post_attention_layernorm->weight);

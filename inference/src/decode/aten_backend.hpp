@@ -33,16 +33,24 @@ struct AtenPick {
 
 class AtenBackend {
  public:
-  AtenBackend(models::CausalLM model, int64_t block_size);
+  /// attention_chunk_elements: most key elements one layer gathers at once (DecodeEngineOptions).
+  AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements);
 
   /// Whether the model can run here: every parameter floating point, contiguous, on one device.
   static bool supports(const models::CausalLM& model);
 
-  /// Makes room for `blocks` KV blocks (kept between runs, grown only) and rotary positions up
-  /// to max_pos. Returns the blocks the pool holds.
-  int64_t prepare(int64_t blocks, int64_t max_pos);
+  /// Makes room for `blocks` KV blocks (kept between runs; grown, or remade when it holds more
+  /// than `most` blocks) and rotary positions up to max_pos. Returns the blocks the pool holds.
+  int64_t prepare(int64_t blocks, int64_t most, int64_t max_pos);
+  /// Releases the pool, the rotary tables and the last logits; prepare() makes them again.
+  void release();
   /// Bytes of one block: keys and values of every layer.
   int64_t kv_block_bytes() const;
+  /// Bytes of the pool held.
+  int64_t pool_bytes() const;
+  /// The largest key gather of one layer since the last reset, in elements (values gather as many).
+  int64_t peak_gather_elements() const { return peak_gather_; }
+  void reset_peak_gather() { peak_gather_ = 0; }
 
   /// One forward pass; keeps the logits of the rows with `logits` set, in row order.
   void forward(const std::vector<AtenRow>& rows);
@@ -59,6 +67,8 @@ class AtenBackend {
 
   models::CausalLM model_;
   int64_t block_size_;
+  int64_t chunk_elements_;
+  int64_t peak_gather_ = 0;
   int64_t layers_, heads_, kv_heads_, head_dim_;
   double eps_;
   at::TensorOptions options_;  // the parameters' device and dtype

@@ -205,6 +205,17 @@ DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
   if (options_.max_batch < 0) {
     throw ValueError("DecodeEngine: max_batch must be >= 0, got " + std::to_string(options_.max_batch));
   }
+  if (options_.attention_chunk_elements <= 0) {
+    throw ValueError("DecodeEngine: attention_chunk_elements must be > 0, got " +
+                     std::to_string(options_.attention_chunk_elements));
+  }
+  if (options_.kv_cache_bytes < 0) {
+    throw ValueError("DecodeEngine: kv_cache_bytes must be >= 0, got " + std::to_string(options_.kv_cache_bytes));
+  }
+  if (!(options_.gpu_memory_utilization >= 0.0 && options_.gpu_memory_utilization <= 1.0)) {
+    throw ValueError("DecodeEngine: gpu_memory_utilization must be in [0, 1], got " +
+                     std::to_string(options_.gpu_memory_utilization));
+  }
   if (options_.backend == DecodeBackend::kKernels && !kernels_support(model)) {
     throw ValueError("DecodeEngine: the CPU kernels need float32 contiguous CPU parameters");
   }
@@ -217,7 +228,7 @@ DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
   auto& s = *state_;
   if (options_.backend == DecodeBackend::kAten ||
       (options_.backend == DecodeBackend::kAuto && !kernels_support(model))) {
-    s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size);
+    s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size, options_.attention_chunk_elements);
   }
   s.d = c.hidden_size;
   s.layers = c.num_hidden_layers;
@@ -234,6 +245,25 @@ DecodeEngine::~DecodeEngine() = default;
 
 void DecodeEngine::drop_packed_weights() {
   state_->packed.clear();
+}
+
+void DecodeEngine::free_cache() {
+  auto& s = *state_;
+  s.kv = at::Tensor();
+  s.kv_blocks = 0;
+  s.pool.reset(0);
+  s.cos = s.sin = at::Tensor();
+  for (auto* buf : {&s.x, &s.xn, &s.q, &s.k, &s.v, &s.att, &s.gate, &s.up, &s.logits, &s.rotate_tmp}) {
+    std::vector<float>().swap(*buf);
+  }
+  s.row_capacity = s.logit_capacity = 0;
+  if (s.aten) s.aten->release();
+}
+
+int64_t DecodeEngine::kv_pool_bytes() const {
+  const auto& s = *state_;
+  if (s.aten) return s.aten->pool_bytes();
+  return s.kv.defined() ? static_cast<int64_t>(s.kv.nbytes()) : 0;
 }
 
 int64_t DecodeEngine::packed_bytes() const {
@@ -357,19 +387,66 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   if (requests.empty()) return outputs;
   const int64_t max_batch = std::max(options_.max_batch > 0 ? options_.max_batch : total_samples, max_n);
 
+  // ---- size the KV pool ----
+  // The blocks a request's samples can hold at once: each reaches prompt + max_new_tokens
+  // positions; with prefix sharing the prompt's full blocks are held once for all n. Admission
+  // reserves them, so the pool is never short mid-run.
+  const int64_t block_bytes =
+      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
+  stats_.kv_block_bytes = block_bytes;
+  std::vector<int64_t> own_blocks(requests.size()), shared_blocks(requests.size());
+  int64_t all_at_once = 0, largest_need = 0;
+  size_t largest = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    const auto len = static_cast<int64_t>(r.prompt.size());
+    const int64_t reach = (len + r.max_new_tokens + bs - 1) / bs;
+    shared_blocks[i] = options_.share_prefix ? len / bs : 0;
+    own_blocks[i] = reach - shared_blocks[i];
+    const int64_t need = shared_blocks[i] + r.n * own_blocks[i];
+    all_at_once += need;
+    if (need > largest_need) {
+      largest_need = need;
+      largest = i;
+    }
+  }
   // Every live sequence holds at most ceil(max_len / bs) blocks, and sharing only lowers that.
-  const int64_t blocks = max_batch * ((max_len + bs - 1) / bs);
+  int64_t blocks = std::min(max_batch * ((max_len + bs - 1) / bs), all_at_once);
+  const int64_t held_bytes = kv_pool_bytes();
+  int64_t budget = options_.kv_cache_bytes;
+  if (options_.gpu_memory_utilization > 0.0) {
+    const auto device = model_->model->embed_tokens->weight.device();
+    DeviceMemoryFn info = options_.memory_info;
+    if (!info && device.is_cuda()) info = cuda_device_memory;
+    if (info) {
+      const int64_t device_budget = kv_budget_bytes(options_.gpu_memory_utilization, info(device), held_bytes);
+      budget = budget > 0 ? std::min(budget, device_budget) : device_budget;
+    }
+  }
+  stats_.kv_pool_budget = budget;
+  const int64_t most = budget > 0 ? budget / block_bytes : std::numeric_limits<int64_t>::max();
+  if (largest_need > most) {
+    const auto& r = requests[largest];
+    throw ValueError("DecodeEngine: request " + std::to_string(largest) + " (" + std::to_string(r.n) + " x (" +
+                     std::to_string(r.prompt.size()) + " prompt + " + std::to_string(r.max_new_tokens) +
+                     " new tokens)) needs " + std::to_string(largest_need) + " KV blocks of " + std::to_string(bs) +
+                     " positions (" + std::to_string(largest_need * block_bytes) + " bytes), but the budget of " +
+                     std::to_string(budget) + " bytes holds " + std::to_string(most) + " blocks of " +
+                     std::to_string(block_bytes) + " bytes");
+  }
+  blocks = std::min(blocks, most);
   if (st.aten) {
-    st.kv_blocks = st.aten->prepare(blocks, max_pos);
-  } else if (blocks > st.kv_blocks || !st.kv.defined()) {
+    st.kv_blocks = st.aten->prepare(blocks, most, max_pos);
+  } else if (blocks > st.kv_blocks || st.kv_blocks > most || !st.kv.defined()) {
+    st.kv = at::Tensor();  // the old pool goes before the new one is allocated
     st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
     st.kv_blocks = blocks;
     // Transparent huge pages: a step reads each row's blocks at scattered places of the pool.
     decode::advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
   }
   st.pool.reset(st.kv_blocks);
-  stats_.kv_block_bytes =
-      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
+  stats_.kv_pool_blocks = st.kv_blocks;
+  if (st.aten) st.aten->reset_peak_gather();
   if (!st.aten && (!st.cos.defined() || st.cos.size(0) <= max_pos)) {
     models::RotaryEmbedding rotary(D, model_->config().rope_theta, model_->config().rope_scaling);
     auto [cos, sin] = rotary.cos_sin(torch::arange(max_pos + 1, torch::kLong).unsqueeze(0), at::kFloat);
@@ -537,6 +614,9 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   std::vector<Pick> picks;
   std::vector<int64_t> logit_rows_of_prefill;  // per admitted prefill sequence: its logits row
   int64_t live = 0;                            // sequences holding a slot (running or prefilling)
+  int64_t reserved = 0;                        // blocks the admitted requests can reach
+  std::vector<int64_t> unfinished(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) unfinished[i] = requests[i].n;
   while (!queue.empty() || !running.empty()) {
     rows.clear();
     picks.clear();
@@ -558,11 +638,14 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       const auto& req = requests[static_cast<size_t>(queue.front())];
       const auto len = static_cast<int64_t>(req.prompt.size());
       const int64_t copies = options_.share_prefix ? 1 : req.n;
-      if (live + req.n > max_batch) break;
+      const auto ri = static_cast<size_t>(queue.front());
+      const int64_t need = shared_blocks[ri] + req.n * own_blocks[ri];
+      if (live + req.n > max_batch || reserved + need > st.kv_blocks) break;  // waits for blocks to free
       if (!prefilled.empty() && prefill_tokens + copies * len > options_.max_prefill_tokens) break;
       const int64_t r = queue.front();
       queue.pop_front();
       live += req.n;
+      reserved += need;
       for (int64_t c = 0; c < copies; ++c) {
         const int64_t id = new_seq();
         auto& seq = seqs[static_cast<size_t>(id)];
@@ -579,6 +662,10 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
         prefilled.push_back(id);
         prefill_tokens += len;
       }
+    }
+    if (rows.empty()) {
+      throw Error("DecodeEngine: nothing running and request " + std::to_string(queue.front()) +
+                  " not admitted; this is a scheduling bug");
     }
     // Logits rows are packed in row order: decode rows first, then each prefill's last row.
     const int64_t first_prefill_logits = n_logits;
@@ -664,8 +751,10 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       const bool eos = std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), chosen[i]) !=
                        sampling.eos_token_ids.end();
       if (eos || static_cast<int64_t>(out.tokens.size()) >= req.max_new_tokens) {
+        const auto ri = static_cast<size_t>(seq.request);
         finish(pick.seq);
         --live;
+        reserved -= own_blocks[ri] + (--unfinished[ri] == 0 ? shared_blocks[ri] : 0);
       } else {
         seq.token = chosen[i];
         next.push_back(pick.seq);
@@ -674,6 +763,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     running.swap(next);
   }
   stats_.peak_kv_blocks = st.pool.peak();
+  if (st.aten) stats_.attention_gather_elements = st.aten->peak_gather_elements();
   return outputs;
 }
 

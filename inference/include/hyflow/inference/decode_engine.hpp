@@ -10,7 +10,10 @@
 #include <hyflow/cuda/sampling.hpp>
 #include <hyflow/models/llama.hpp>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,13 +26,45 @@ enum class DecodeBackend {
   kAten,     ///< ATen ops on the model's own device and dtype: CUDA, bf16 / fp16, and CPU
 };
 
-/// Scheduling settings of a DecodeEngine.
+/// Free and total bytes of a device's memory (cudaMemGetInfo's pair).
+struct DeviceMemory {
+  int64_t free = 0;
+  int64_t total = 0;
+};
+
+/// What a DecodeEngine asks about a device's memory when it sizes its KV pool.
+using DeviceMemoryFn = std::function<DeviceMemory(const c10::Device&)>;
+
+/// The CUDA runtime's figures for `device`, after LibTorch's cached free blocks went back to the
+/// driver (vLLM's empty_cache before profiling). Throws hyflow::Error in a build without a CUDA LibTorch.
+DeviceMemory cuda_device_memory(const c10::Device& device);
+
+/// vLLM's KV cache budget: gpu_memory_utilization x total minus the memory in use (total - free),
+/// counting `held` bytes (the engine's own pool, released before the new one is made) as free.
+/// Throws ValueError naming the figures when utilization is outside (0, 1] or nothing is left.
+int64_t kv_budget_bytes(double gpu_memory_utilization, const DeviceMemory& memory, int64_t held = 0);
+
+/// Scheduling and memory settings of a DecodeEngine. The KV pool holds, per run, the fewest blocks
+/// of: max_batch sequences of the run's longest request, every request at once, and the byte budget
+/// (kv_cache_bytes and / or gpu_memory_utilization); a request is admitted only when the blocks
+/// its samples can reach (prompt + max_new_tokens each, shared prompt blocks once) are free, and
+/// one that could never fit is a ValueError naming the sizes (docs/inference.md, "KV pool").
 struct DecodeEngineOptions {
-  int64_t max_batch = 0;              ///< most sequences decoding at once; 0: every sample of every request
+  int64_t max_batch = 0;              ///< most sequences decoding at once (verl's max_num_seqs); 0: no cap
   int64_t block_size = 16;            ///< KV cache positions per block
   bool share_prefix = true;           ///< the n samples of a prompt share its prefill and its full KV blocks
   int64_t max_prefill_tokens = 1024;  ///< prompt tokens admitted per step (at least one prompt)
   DecodeBackend backend = DecodeBackend::kAuto;
+  int64_t kv_cache_bytes = 0;  ///< most bytes of the KV pool, any device; 0: no cap of its own
+  /// > 0: the pool also fits in kv_budget_bytes(this, memory_info(device), pool held) (vLLM's
+  /// rule), measured when the pool is sized. Applies where memory_info answers: CUDA models by
+  /// default; ignored on the CPU (no memory_info), where kv_cache_bytes and max_batch size it.
+  double gpu_memory_utilization = 0.0;
+  DeviceMemoryFn memory_info;  ///< null: cuda_device_memory for CUDA models, none for CPU models
+  /// ATen backend: most key elements gathered at once per layer (values likewise). A pass whose
+  /// rows x context x kv heads x head_dim exceeds it attends chunk by chunk of whole blocks with an
+  /// online softmax; below it, one gather and one softmax as before.
+  int64_t attention_chunk_elements = int64_t{1} << 24;
 };
 
 /// One prompt and its samples.
@@ -62,6 +97,9 @@ struct DecodeStats {
   int64_t decode_tokens = 0;   ///< sampled tokens fed back
   int64_t peak_kv_blocks = 0;  ///< most KV blocks in use at once
   int64_t kv_block_bytes = 0;  ///< bytes of one block (keys and values of every layer)
+  int64_t kv_pool_blocks = 0;  ///< blocks the pool held for the run
+  int64_t kv_pool_budget = 0;  ///< the byte budget the pool was sized against (0: none)
+  int64_t attention_gather_elements = 0;  ///< ATen backend: the largest key gather of one layer, in elements
   double prefill_s = 0.0;      ///< time in steps that ran prompt tokens
   double decode_s = 0.0;       ///< time in steps that ran only sampled tokens
   int64_t packed_weights = 0;  ///< linear weights (re)packed at the start of the run (changed since the last)
@@ -101,6 +139,11 @@ class DecodeEngine {
   void drop_packed_weights();
   /// Bytes of the packed weight copies held between runs.
   int64_t packed_bytes() const;
+  /// verl's free_cache_engine: releases the KV pool, the scratch buffers and the rotary tables
+  /// (the packed weights stay: drop_packed_weights); the next run() makes them again.
+  void free_cache();
+  /// Bytes of the KV pool held between runs (0 after free_cache()).
+  int64_t kv_pool_bytes() const;
 
   const DecodeStats& stats() const { return stats_; }
   const DecodeEngineOptions& options() const { return options_; }

@@ -52,8 +52,9 @@ class RolloutBackend {
   /// gather writing raw storage, a checkpoint load): every copy derived from them is stale.
   virtual void weights_changed() = 0;
 
-  /// verl's free_cache_engine: releases the memory the backend keeps between calls (KV cache,
-  /// scratch, packed weight copies). The next generate_sequences rebuilds what it needs.
+  /// verl's free_cache_engine: releases the KV cache and the scratch the backend keeps between
+  /// calls (the worker calls it after each rollout when rollout.free_cache_engine is true; stale
+  /// weight copies are weights_changed's business). The next generate_sequences rebuilds them.
   virtual void free_cache_engine() = 0;
 
   /// What the backend did (for tests and metrics): a JSON object, backend-specific keys.

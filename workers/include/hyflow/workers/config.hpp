@@ -98,6 +98,12 @@ struct RolloutSection {
   int64_t response_length = 512;
   bool calculate_log_probs = false;
   int64_t seed = 0;  ///< rank r samples with a generator seeded seed + r
+  /// The decode engine's KV pool (docs/inference.md, "KV pool"): verl's keys, and hyflow's own
+  /// byte cap that applies on every device (the CPU's budget: gpu_memory_utilization is for CUDA).
+  double gpu_memory_utilization = 0.5;
+  int64_t max_num_seqs = 1024;
+  bool free_cache_engine = true;          ///< release the KV pool after each rollout
+  std::optional<int64_t> kv_cache_bytes;  ///< null: no cap of its own
   ValKwargs val_kwargs;
   ForwardBatching log_prob;  ///< log_prob_micro_batch_size_per_gpu, log_prob_use_dynamic_bsz, ...
 };
