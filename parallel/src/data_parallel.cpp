@@ -4,26 +4,69 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace hyflow::parallel {
 
-void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group) {
+namespace {
+void broadcast_bucket(const std::vector<at::Tensor>& bucket, int64_t numel, ProcessGroup& group) {
+  auto first = bucket.front().detach();
+  if (bucket.size() == 1 && first.is_contiguous()) {
+    group.broadcast(first, 0);  // in place: no temporary at all
+    return;
+  }
+  auto flat = at::empty({numel}, first.options());
+  int64_t offset = 0;
+  for (const auto& p : bucket) {
+    flat.narrow(0, offset, p.numel()).view(p.sizes()).copy_(p.detach());
+    offset += p.numel();
+  }
+  group.broadcast(flat, 0);
+  offset = 0;
+  for (const auto& p : bucket) {
+    p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+}
+}  // namespace
+
+void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group, int64_t bucket_bytes) {
+  if (bucket_bytes <= 0) {
+    throw ValueError("broadcast_parameters: bucket_bytes must be > 0, got " + std::to_string(bucket_bytes));
+  }
   if (!group || parameters.empty()) return;
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> flat;
-  flat.reserve(parameters.size());
-  for (const auto& p : parameters) flat.push_back(p.detach().reshape({-1}).to(torch::kFloat64));
-  auto buffer = torch::cat(flat);
-  group->broadcast(buffer, 0);
-  int64_t offset = 0;
+  // (dtype, device) groups in the order they first appear, so every rank walks the same buckets
+  std::vector<std::pair<std::pair<at::ScalarType, at::Device>, std::vector<at::Tensor>>> groups;
   for (const auto& p : parameters) {
-    const int64_t n = p.numel();
-    p.detach().copy_(buffer.narrow(0, offset, n).view(p.sizes()));
-    offset += n;
+    if (p.numel() == 0) continue;
+    const std::pair key{p.scalar_type(), p.device()};
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) {
+      groups.push_back({key, {}});
+      it = std::prev(groups.end());
+    }
+    it->second.push_back(p);
+  }
+  for (const auto& [key, tensors] : groups) {
+    const int64_t element = static_cast<int64_t>(c10::elementSize(key.first));
+    std::vector<at::Tensor> bucket;
+    int64_t numel = 0;
+    for (const auto& p : tensors) {
+      if (!bucket.empty() && (numel + p.numel()) * element > bucket_bytes) {
+        broadcast_bucket(bucket, numel, *group);
+        bucket.clear();
+        numel = 0;
+      }
+      bucket.push_back(p);
+      numel += p.numel();
+    }
+    if (!bucket.empty()) broadcast_bucket(bucket, numel, *group);
   }
 }
 
