@@ -339,9 +339,9 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
   }
 #if HYFLOW_WITH_NCCL
   if (options.backend == Backend::nccl) {
-    impl_->nccl = std::make_unique<detail::NcclCommunicator>(*impl_->kv, options.name, options.rank, options.world_size,
-                                                             options.device, options.timeout,
-                                                             options.collective_timeout);
+    impl_->nccl =
+        std::make_unique<detail::NcclCommunicator>(*impl_->kv, options.name, options.rank, options.world_size,
+                                                   options.device, options.timeout, options.collective_timeout);
   }
 #endif
 }
@@ -408,9 +408,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   }
 #if HYFLOW_WITH_NCCL
   if (o.backend == Backend::nccl) {
-    sub->impl_->nccl =
-        std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size, o.device, o.timeout,
-                                                  o.collective_timeout);
+    sub->impl_->nccl = std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size,
+                                                                  o.device, o.timeout, o.collective_timeout);
   }
 #endif
   return sub;
@@ -518,8 +517,8 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (impl_->nccl) {
     void* stream = impl_->stream_of(tensor, "all_reduce");
     impl_->nccl->all_reduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                            nccl_type(tensor, "all_reduce"), nccl_op(op, tensor, "all_reduce on group '" + name() + "'"),
-                            stream);
+                            nccl_type(tensor, "all_reduce"),
+                            nccl_op(op, tensor, "all_reduce on group '" + name() + "'"), stream);
     return;
   }
 #endif

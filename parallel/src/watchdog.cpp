@@ -255,8 +255,10 @@ struct CollectiveWatchdog::State {
       if (!failure.empty() || pending.empty() || pending.front().seq != seq) return;
       auto& front = pending.front();
       if (!error.empty()) {
-        fail(lock, "collective " + front.op + " #" + std::to_string(seq) + " of " + where() + " failed on the device: " +
-                       error + ".", seq, false);
+        fail(lock,
+             "collective " + front.op + " #" + std::to_string(seq) + " of " + where() +
+                 " failed on the device: " + error + ".",
+             seq, false);
         return;
       }
       if (state == CollectiveEvent::State::done) {
@@ -266,8 +268,10 @@ struct CollectiveWatchdog::State {
       }
       if (state == CollectiveEvent::State::running && !front.started) front.started = Clock::now();
       if (front.started && Clock::now() - *front.started >= options.timeout) {
-        fail(lock, "collective " + front.op + " #" + std::to_string(seq) + " of " + where() + " did not finish within " +
-                       std::to_string(options.timeout.count()) + " ms of starting.", seq, false);
+        fail(lock,
+             "collective " + front.op + " #" + std::to_string(seq) + " of " + where() + " did not finish within " +
+                 std::to_string(options.timeout.count()) + " ms of starting.",
+             seq, false);
       }
       return;
     }

@@ -8,9 +8,9 @@
 #include <hyflow/parallel/process_group.hpp>
 
 #include <c10/core/CPUAllocator.h>
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <memory>
@@ -56,14 +56,26 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  c10::DataPtr allocate(size_t n) override { return count(n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  c10::DataPtr allocate(size_t n) override {
+    return count(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 #else
-  c10::DataPtr allocate(size_t n) const override { return count(n); }
+  c10::DataPtr allocate(size_t n) const override {
+    return count(n);
+  }
 #endif
-  void reset() { peak_ = live_.load(); }
-  int64_t live() const { return live_; }
-  int64_t peak() const { return peak_; }
+  void reset() {
+    peak_ = live_.load();
+  }
+  int64_t live() const {
+    return live_;
+  }
+  int64_t peak() const {
+    return peak_;
+  }
 
  private:
   struct Context {
