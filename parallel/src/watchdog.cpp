@@ -364,9 +364,10 @@ uint64_t CollectiveWatchdog::launch(const std::string& op,
   finished();
   if (!event) throw ValueError("CollectiveWatchdog::launch: " + op + " returned no event");
   if (!s.failure.empty()) {
+    const std::string failure = s.failure;  // the watchdog thread may still be adding to it
     lock.unlock();
     event.reset();  // on the caller's thread, whose device the launch set
-    throw Error(s.failure);
+    throw Error(failure);
   }
   s.pending.push_back({seq, op, std::move(event), std::nullopt});
   return seq;
