@@ -14,25 +14,12 @@
 namespace hyflow::parallel {
 
 namespace {
-void broadcast_bucket(const std::vector<at::Tensor>& bucket, int64_t numel, ProcessGroup& group) {
-  auto first = bucket.front().detach();
-  if (bucket.size() == 1 && first.is_contiguous()) {
-    group.broadcast(first, 0);  // in place: no temporary at all
-    return;
-  }
-  auto flat = at::empty({numel}, first.options());
-  int64_t offset = 0;
-  for (const auto& p : bucket) {
-    flat.narrow(0, offset, p.numel()).view(p.sizes()).copy_(p.detach());
-    offset += p.numel();
-  }
-  group.broadcast(flat, 0);
-  offset = 0;
-  for (const auto& p : bucket) {
-    p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
-}
+struct Bucket {
+  std::vector<at::Tensor> tensors;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  bool in_place() const { return tensors.size() == 1 && tensors.front().is_contiguous(); }
+};
 }  // namespace
 
 void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group, int64_t bucket_bytes) {
@@ -53,20 +40,52 @@ void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGrou
     }
     it->second.push_back(p);
   }
+  std::vector<Bucket> buckets;
   for (const auto& [key, tensors] : groups) {
     const int64_t element = static_cast<int64_t>(c10::elementSize(key.first));
-    std::vector<at::Tensor> bucket;
-    int64_t numel = 0;
+    Bucket bucket;
     for (const auto& p : tensors) {
-      if (!bucket.empty() && (numel + p.numel()) * element > bucket_bytes) {
-        broadcast_bucket(bucket, numel, *group);
-        bucket.clear();
-        numel = 0;
+      if (!bucket.tensors.empty() && (bucket.numel + p.numel()) * element > bucket_bytes) {
+        buckets.push_back(std::move(bucket));
+        bucket = {};
       }
-      bucket.push_back(p);
-      numel += p.numel();
+      bucket.tensors.push_back(p.detach());
+      bucket.numel += p.numel();
+      bucket.bytes = bucket.numel * element;
     }
-    if (!bucket.empty()) broadcast_bucket(bucket, numel, *group);
+    if (!bucket.tensors.empty()) buckets.push_back(std::move(bucket));
+  }
+  // One staging buffer per device, as large as the largest packed bucket and reused by every
+  // bucket (viewed in its dtype): a bucket's buffer that the backend releases late (gloo's work
+  // holds it) cannot add to the next one's.
+  std::vector<std::pair<at::Device, at::Tensor>> staging;
+  auto staging_of = [&](const at::Device& device) {
+    auto it = std::find_if(staging.begin(), staging.end(), [&](const auto& s) { return s.first == device; });
+    if (it != staging.end()) return it->second;
+    int64_t largest = 0;
+    for (const auto& b : buckets)
+      if (!b.in_place() && b.tensors.front().device() == device) largest = std::max(largest, b.bytes);
+    staging.push_back({device, at::empty({largest}, at::TensorOptions().dtype(at::kByte).device(device))});
+    return staging.back().second;
+  };
+  for (auto& b : buckets) {
+    auto& first = b.tensors.front();
+    if (b.in_place()) {
+      group->broadcast(first, 0);  // no temporary at all
+      continue;
+    }
+    auto flat = staging_of(first.device()).narrow(0, 0, b.bytes).view(first.scalar_type());
+    int64_t offset = 0;
+    for (const auto& p : b.tensors) {
+      flat.narrow(0, offset, p.numel()).view(p.sizes()).copy_(p);
+      offset += p.numel();
+    }
+    group->broadcast(flat, 0);
+    offset = 0;
+    for (auto& p : b.tensors) {
+      p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
   }
 }
 

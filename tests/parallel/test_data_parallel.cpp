@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 using namespace hyflow::parallel;
@@ -51,7 +52,8 @@ void check_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tenso
   checks.check(parameter_digest(got) == parameter_digest(want), "rank " + std::to_string(rank) + " digest");
 }
 
-/// Counts the bytes live from the CPU allocator and their peak since reset().
+/// Counts the bytes live from the CPU allocator and their peak since reset(), for allocations made
+/// on the thread that called reset() (other tests' leftover threads allocate too).
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
@@ -68,6 +70,7 @@ class CountingAllocator final : public c10::Allocator {
   }
 #endif
   void reset() {
+    owner_ = std::this_thread::get_id();
     peak_ = live_.load();
   }
   int64_t live() const {
@@ -90,6 +93,7 @@ class CountingAllocator final : public c10::Allocator {
   }
   c10::DataPtr count(size_t n) const {
     auto inner = base_->allocate(n);
+    if (std::this_thread::get_id() != owner_.load()) return inner;
     void* data = inner.get();
     const auto device = inner.device();
     const int64_t now = live_ += static_cast<int64_t>(n);
@@ -100,6 +104,7 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::Allocator* base_;
+  std::atomic<std::thread::id> owner_{};
   mutable std::atomic<int64_t> live_{0};
   mutable std::atomic<int64_t> peak_{0};
 };

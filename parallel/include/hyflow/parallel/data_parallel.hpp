@@ -30,8 +30,10 @@ inline constexpr int64_t kBroadcastBucketBytes = int64_t{25} << 20;
 /// start identical even where loading initializes something at random (a fresh value head).
 /// Tensors are grouped by dtype and device, in order, and broadcast in their own dtype, a bucket
 /// of at most `bucket_bytes` at a time: a contiguous tensor that fills a bucket on its own is
-/// broadcast in place, smaller ones are packed into one flat bucket and copied back. So the
-/// memory it needs beyond the parameters is at most `bucket_bytes` (never a copy of the model).
+/// broadcast in place, smaller ones are packed into a flat bucket and copied back (one staging
+/// buffer per device, the size of the largest packed bucket, reused by every bucket). So the
+/// memory it needs beyond the parameters is at most `bucket_bytes` (never a copy of the model;
+/// a non-contiguous tensor larger than the cap: its own size).
 /// Every rank must pass the same shapes and dtypes in the same order. No-op without a group;
 /// ValueError when bucket_bytes <= 0.
 void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group,
