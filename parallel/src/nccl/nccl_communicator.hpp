@@ -2,7 +2,7 @@
 // An NCCL communicator on raw device pointers (no torch): built with HYFLOW_CUDA into
 // hyflow::collectives; ProcessGroup (process_group.cpp) adapts tensors to it. Every collective
 // is enqueued on the caller's stream (asynchronous for the host, ordered with the work around it
-// on that stream) and registered with a CollectiveWatchdog through an event recorded after it.
+// on that stream) through a CollectiveWatchdog, between a start and an end event.
 
 #include <hyflow/parallel/watchdog.hpp>
 

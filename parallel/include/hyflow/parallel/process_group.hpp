@@ -3,8 +3,9 @@
 // the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. Backend::gloo runs
 // collectives on CPU tensors. Backend::nccl (builds with -DHYFLOW_CUDA=ON) runs them on CUDA
 // tensors: enqueued on the current CUDA stream and asynchronous for the host, watched by a
-// CollectiveWatchdog that aborts the communicator after `timeout` and names the op, the group
-// and the ranks that never arrived (hyflow/parallel/watchdog.hpp). A gloo collective waiting for
+// CollectiveWatchdog that aborts the communicator once a collective has run for
+// `collective_timeout` and names the op, the group and the ranks that never arrived
+// (hyflow/parallel/watchdog.hpp). A gloo collective waiting for
 // a peer whose process died or stopped is aborted once that peer has been silent for
 // `peer_timeout` (hyflow/parallel/peer_liveness.hpp), naming it, instead of waiting for gloo's
 // own timeout; abort() does the same on request.
