@@ -4,26 +4,88 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace hyflow::parallel {
 
-void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group) {
+namespace {
+struct Bucket {
+  std::vector<at::Tensor> tensors;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  bool in_place() const { return tensors.size() == 1 && tensors.front().is_contiguous(); }
+};
+}  // namespace
+
+void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group, int64_t bucket_bytes) {
+  if (bucket_bytes <= 0) {
+    throw ValueError("broadcast_parameters: bucket_bytes must be > 0, got " + std::to_string(bucket_bytes));
+  }
   if (!group || parameters.empty()) return;
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> flat;
-  flat.reserve(parameters.size());
-  for (const auto& p : parameters) flat.push_back(p.detach().reshape({-1}).to(torch::kFloat64));
-  auto buffer = torch::cat(flat);
-  group->broadcast(buffer, 0);
-  int64_t offset = 0;
+  // (dtype, device) groups in the order they first appear, so every rank walks the same buckets
+  std::vector<std::pair<std::pair<at::ScalarType, at::Device>, std::vector<at::Tensor>>> groups;
   for (const auto& p : parameters) {
-    const int64_t n = p.numel();
-    p.detach().copy_(buffer.narrow(0, offset, n).view(p.sizes()));
-    offset += n;
+    if (p.numel() == 0) continue;
+    const std::pair key{p.scalar_type(), p.device()};
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) {
+      groups.push_back({key, {}});
+      it = std::prev(groups.end());
+    }
+    it->second.push_back(p);
+  }
+  std::vector<Bucket> buckets;
+  for (const auto& [key, tensors] : groups) {
+    const int64_t element = static_cast<int64_t>(c10::elementSize(key.first));
+    Bucket bucket;
+    for (const auto& p : tensors) {
+      if (!bucket.tensors.empty() && (bucket.numel + p.numel()) * element > bucket_bytes) {
+        buckets.push_back(std::move(bucket));
+        bucket = {};
+      }
+      bucket.tensors.push_back(p.detach());
+      bucket.numel += p.numel();
+      bucket.bytes = bucket.numel * element;
+    }
+    if (!bucket.tensors.empty()) buckets.push_back(std::move(bucket));
+  }
+  // One staging buffer per device, as large as the largest packed bucket and reused by every
+  // bucket (viewed in its dtype): a bucket's buffer that the backend releases late (gloo's work
+  // holds it) cannot add to the next one's.
+  std::vector<std::pair<at::Device, at::Tensor>> staging;
+  auto staging_of = [&](const at::Device& device) {
+    auto it = std::find_if(staging.begin(), staging.end(), [&](const auto& s) { return s.first == device; });
+    if (it != staging.end()) return it->second;
+    int64_t largest = 0;
+    for (const auto& b : buckets)
+      if (!b.in_place() && b.tensors.front().device() == device) largest = std::max(largest, b.bytes);
+    staging.push_back({device, at::empty({largest}, at::TensorOptions().dtype(at::kByte).device(device))});
+    return staging.back().second;
+  };
+  for (auto& b : buckets) {
+    auto& first = b.tensors.front();
+    if (b.in_place()) {
+      group->broadcast(first, 0);  // no temporary at all
+      continue;
+    }
+    auto flat = staging_of(first.device()).narrow(0, 0, b.bytes).view(first.scalar_type());
+    int64_t offset = 0;
+    for (const auto& p : b.tensors) {
+      flat.narrow(0, offset, p.numel()).view(p.sizes()).copy_(p);
+      offset += p.numel();
+    }
+    group->broadcast(flat, 0);
+    offset = 0;
+    for (auto& p : b.tensors) {
+      p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
   }
 }
 

@@ -36,6 +36,13 @@ bool nccl_available() {
   return HYFLOW_WITH_NCCL != 0;
 }
 
+ReduceOp reduce_op_for(ReduceOp op, at::ScalarType dtype, const std::string& what) {
+  if (dtype != at::kBool) return op;
+  if (op == ReduceOp::sum) return ReduceOp::max;
+  if (op == ReduceOp::avg) throw ValueError(what + ": avg of bool tensors has no meaning (use sum or max for 'any')");
+  return op;
+}
+
 namespace {
 
 /// KeyValueStore over a c10d store (the group's PrefixStore).
@@ -81,6 +88,20 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   throw ValueError("unknown ReduceOp");
 }
 
+// gloo (LibTorch 1.13) reduces neither bool nor bfloat16 and broadcasts neither: bool travels as
+// its 0/1 bytes (max, min and product of those are or, and, and), a broadcast only copies bits.
+at::Tensor gloo_bits(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBool:
+      return t.view(at::kByte);
+    case at::kBFloat16:
+    case at::kShort:
+      return t.view(at::kHalf);
+    default:
+      return t;
+  }
+}
+
 // output (world * n, ...) for input (n, ...), or the other way round for reduce_scatter.
 void check_blocks(const char* op, const at::Tensor& big, const at::Tensor& small, int world) {
   const bool ok = big.dim() >= 1 && big.dim() == small.dim() && big.size(0) == world * small.size(0) &&
@@ -116,8 +137,8 @@ detail::NcclType nccl_type(const at::Tensor& t, const char* op) {
   }
 }
 
-detail::NcclOp nccl_op(ReduceOp op) {
-  switch (op) {
+detail::NcclOp nccl_op(ReduceOp requested, const at::Tensor& t, const std::string& what) {
+  switch (reduce_op_for(requested, t.scalar_type(), what)) {
     case ReduceOp::sum:
       return detail::NcclOp::sum;
     case ReduceOp::product:
@@ -318,8 +339,9 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
   }
 #if HYFLOW_WITH_NCCL
   if (options.backend == Backend::nccl) {
-    impl_->nccl = std::make_unique<detail::NcclCommunicator>(*impl_->kv, options.name, options.rank, options.world_size,
-                                                             options.device, options.timeout);
+    impl_->nccl =
+        std::make_unique<detail::NcclCommunicator>(*impl_->kv, options.name, options.rank, options.world_size,
+                                                   options.device, options.timeout, options.collective_timeout);
   }
 #endif
 }
@@ -386,8 +408,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   }
 #if HYFLOW_WITH_NCCL
   if (o.backend == Backend::nccl) {
-    sub->impl_->nccl =
-        std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size, o.device, o.timeout);
+    sub->impl_->nccl = std::make_unique<detail::NcclCommunicator>(*sub->impl_->kv, o.name, o.rank, o.world_size,
+                                                                  o.device, o.timeout, o.collective_timeout);
   }
 #endif
   return sub;
@@ -427,9 +449,9 @@ std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, con
   // gloo has no reduce_scatter: all-reduce a copy, keep this rank's block when it is done
   // (bfloat16, which gloo cannot reduce, in float32)
   auto all = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.contiguous().clone();
-  std::vector<at::Tensor> tensors{all};
+  std::vector<at::Tensor> tensors{input.scalar_type() == at::kBool ? gloo_bits(all) : all};
   c10d::AllreduceOptions opts;
-  opts.reduceOp = to_c10d(op);
+  opts.reduceOp = to_c10d(reduce_op_for(op, input.scalar_type(), "reduce_scatter on group '" + name() + "'"));
   impl_->throw_if_aborted("reduce_scatter");
   auto work = impl_->group->allreduce(tensors, opts);
   at::Tensor out = output;
@@ -452,9 +474,9 @@ std::unique_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceO
 #endif
   const bool bf16 = tensor.scalar_type() == at::kBFloat16;  // gloo cannot reduce it: float32 on the wire
   at::Tensor t = tensor, wire = bf16 ? tensor.to(at::kFloat) : tensor;
-  std::vector<at::Tensor> tensors{wire};
+  std::vector<at::Tensor> tensors{tensor.scalar_type() == at::kBool ? gloo_bits(wire) : wire};
   c10d::AllreduceOptions opts;
-  opts.reduceOp = to_c10d(op);
+  opts.reduceOp = to_c10d(reduce_op_for(op, tensor.scalar_type(), "all_reduce on group '" + name() + "'"));
   impl_->throw_if_aborted("all_reduce");
   auto work = impl_->group->allreduce(tensors, opts);
   const int world = size();
@@ -495,13 +517,14 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (impl_->nccl) {
     void* stream = impl_->stream_of(tensor, "all_reduce");
     impl_->nccl->all_reduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
-                            nccl_type(tensor, "all_reduce"), nccl_op(op), stream);
+                            nccl_type(tensor, "all_reduce"),
+                            nccl_op(op, tensor, "all_reduce on group '" + name() + "'"), stream);
     return;
   }
 #endif
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{tensor.scalar_type() == at::kBool ? gloo_bits(tensor) : tensor};
   c10d::AllreduceOptions opts;
-  opts.reduceOp = to_c10d(op);
+  opts.reduceOp = to_c10d(reduce_op_for(op, tensor.scalar_type(), "all_reduce on group '" + name() + "'"));
   impl_->throw_if_aborted("all_reduce");
   impl_->wait(impl_->group->allreduce(tensors, opts), "all_reduce");
   if (op == ReduceOp::avg) tensor.div_(size());
@@ -518,7 +541,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
     return;
   }
 #endif
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{gloo_bits(tensor)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   impl_->throw_if_aborted("broadcast");
@@ -568,7 +591,8 @@ void ProcessGroup::reduce_scatter(at::Tensor& output, const at::Tensor& input, R
     auto in = input.contiguous();
     void* stream = impl_->stream_of(output, "reduce_scatter");
     impl_->nccl->reduce_scatter(in.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
-                                nccl_type(in, "reduce_scatter"), nccl_op(op), stream);
+                                nccl_type(in, "reduce_scatter"),
+                                nccl_op(op, in, "reduce_scatter on group '" + name() + "'"), stream);
     return;
   }
 #endif

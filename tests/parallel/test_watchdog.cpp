@@ -8,6 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -113,6 +116,255 @@ TEST_CASE("a store barrier names the ranks that never arrived") {
 
 TEST_CASE("a watchdog needs a positive timeout") {
   CHECK_THROWS_AS(CollectiveWatchdog(options(0, 1, 0ms), nullptr, [] {}), hyflow::ValueError);
+}
+
+// --- launch against abort, device errors, start-relative timeouts ----------------------------
+
+namespace {
+/// An event whose state the test decides; `on_destroy` runs in its destructor.
+class FakeEvent : public CollectiveEvent {
+ public:
+  FakeEvent(std::function<State()> query, std::function<void()> on_destroy = {})
+      : query_(std::move(query)), on_destroy_(std::move(on_destroy)) {}
+  ~FakeEvent() override {
+    if (on_destroy_) on_destroy_();
+  }
+  State query() override { return query_(); }
+
+ private:
+  std::function<State()> query_;
+  std::function<void()> on_destroy_;
+};
+
+/// A store whose reads hang for `hang` (as over a network that is the problem), writes pass.
+class HangingStore : public KeyValueStore {
+ public:
+  explicit HangingStore(std::chrono::milliseconds hang) : hang_(hang) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { store_.set(key, value); }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::this_thread::sleep_for(hang_);
+    return store_.get(key, timeout);
+  }
+  std::optional<std::vector<uint8_t>> try_get(const std::string& key) override {
+    std::this_thread::sleep_for(hang_);
+    return store_.try_get(key);
+  }
+
+ private:
+  std::chrono::milliseconds hang_;
+  MemoryStore store_;
+};
+
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+TEST_CASE("the failure is recorded before the abort, and a hanging store does not delay the abort") {
+  HangingStore store(1500ms);
+  std::atomic<int> aborts{0};
+  std::atomic<bool> recorded_first{false};
+  std::atomic<int64_t> abort_ms{-1};
+  const auto t0 = Clock::now();
+  CollectiveWatchdog* self = nullptr;
+  CollectiveWatchdog dog(options(0, 2, 50ms), &store, [&] {
+    ++aborts;
+    abort_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    try {
+      self->check();  // a caller passing check() now would enqueue on an aborted communicator
+    } catch (const hyflow::Error&) {
+      recorded_first = true;
+    }
+  });
+  self = &dog;
+  dog.begin("all_reduce", [] { return false; });
+  CHECK_THROWS_WITH(dog.wait_all(), Catch::Contains("all_reduce #1") && Catch::Contains("aborted"));
+  CHECK(aborts == 1);
+  CHECK(recorded_first);
+  // the abort came at the timeout, not after the 1.5 s store read
+  CHECK(abort_ms >= 50);
+  CHECK(abort_ms < 1000);
+}
+
+TEST_CASE("the description is bounded by describe_timeout and says which ranks it could not read") {
+  HangingStore store(300ms);
+  auto o = options(0, 4, 30ms);
+  o.describe_timeout = 100ms;
+  o.launch_grace = 50ms;
+  CollectiveWatchdog dog(o, &store, [] {});
+  dog.begin("broadcast", [] { return false; });
+  const auto t0 = Clock::now();
+  // rank 1 read (300 ms, past the bound), ranks 2 and 3 not read
+  CHECK_THROWS_WITH(dog.wait_all(), Catch::Contains("broadcast #1") && Catch::Contains("aborted"));
+  CHECK(Clock::now() - t0 < 1s);
+  std::this_thread::sleep_for(400ms);
+  CHECK_THROWS_WITH(dog.check(), Catch::Contains("did not answer within 100 ms for ranks 2, 3"));
+}
+
+TEST_CASE("abort never overlaps a launch: a slow launch finishes enqueuing first, later ones never start") {
+  MemoryStore store;
+  std::atomic<bool> in_launch{false}, overlapped{false}, aborted{false};
+  std::atomic<int> aborts{0}, enqueued_after_abort{0}, launched{0};
+  CollectiveWatchdog dog(options(0, 1, 200ms), &store, [&] {
+    if (in_launch) overlapped = true;
+    ++aborts;
+    aborted = true;
+  });
+  dog.begin("all_gather", [] { return false; });  // stuck: times out 200 ms after its first poll
+  auto slow_launch = [&](std::chrono::milliseconds delay) {
+    return [&, delay]() -> std::unique_ptr<CollectiveEvent> {
+      in_launch = true;
+      if (aborted) ++enqueued_after_abort;
+      std::this_thread::sleep_for(delay);  // a slow enqueue (NCCL connecting to its peers)
+      if (aborted) ++enqueued_after_abort;
+      ++launched;
+      in_launch = false;
+      return std::make_unique<FakeEvent>([] { return CollectiveEvent::State::done; });
+    };
+  };
+  std::atomic<bool> slow_threw{false};
+  std::thread slow([&] {
+    std::this_thread::sleep_for(100ms);  // in the middle of its 250 ms enqueue at the timeout
+    try {
+      dog.launch("broadcast", slow_launch(250ms));
+    } catch (const hyflow::Error&) {
+      slow_threw = true;  // the failure came while it was enqueued: the collective is aborted too
+    }
+  });
+  // another caller keeps launching short collectives until the watchdog refuses it
+  std::atomic<int> refused{0};
+  std::thread eager([&] {
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      try {
+        dog.launch("all_reduce", slow_launch(1ms));
+      } catch (const hyflow::Error&) {
+        ++refused;
+        break;
+      }
+    }
+  });
+  slow.join();
+  eager.join();
+  CHECK_THROWS(dog.wait_all());  // returns once the abort is done and the failure described
+  CHECK(aborts == 1);
+  CHECK_FALSE(overlapped);
+  CHECK(enqueued_after_abort == 0);
+  CHECK(slow_threw);
+  CHECK(refused == 1);
+  const int before = launched;
+  bool called = false;
+  CHECK_THROWS_WITH(dog.launch("all_reduce",
+                               [&]() -> std::unique_ptr<CollectiveEvent> {
+                                 called = true;
+                                 return nullptr;
+                               }),
+                    Catch::Contains("all_gather #1"));
+  CHECK_FALSE(called);
+  CHECK(launched == before);
+}
+
+TEST_CASE("a launch hung in the host is aborted after the timeout, which frees it") {
+  MemoryStore store;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool aborted = false;
+  CollectiveWatchdog dog(options(0, 1, 50ms), &store, [&] {
+    std::lock_guard lock(mutex);
+    aborted = true;
+    cv.notify_all();
+  });
+  CHECK_THROWS_WITH(dog.launch("all_reduce",
+                               [&]() -> std::unique_ptr<CollectiveEvent> {
+                                 std::unique_lock lock(mutex);
+                                 cv.wait_for(lock, 5s, [&] { return aborted; });  // ncclCommAbort frees it
+                                 return std::make_unique<FakeEvent>([] { return CollectiveEvent::State::done; });
+                               }),
+                    Catch::Contains("all_reduce #1") && Catch::Contains("hung in the host"));
+  CHECK(aborted);
+}
+
+TEST_CASE("an event error is a failure of the collective, not its end") {
+  MemoryStore store;
+  std::atomic<int> aborts{0};
+  CollectiveWatchdog dog(options(0, 1, 5s), &store, [&] { ++aborts; });
+  dog.launch("reduce_scatter", [] {
+    return std::make_unique<FakeEvent>([]() -> CollectiveEvent::State {
+      throw hyflow::Error("cudaEventQuery: cudaErrorIllegalAddress: an illegal memory access was encountered");
+    });
+  });
+  CHECK_THROWS_WITH(dog.wait_all(), Catch::Contains("reduce_scatter #1") && Catch::Contains("failed on the device") &&
+                                        Catch::Contains("cudaErrorIllegalAddress"));
+  CHECK(aborts == 1);
+}
+
+TEST_CASE("the timeout runs from when the collective starts, not from when it was enqueued") {
+  MemoryStore store;
+  std::atomic<int> aborts{0};
+  CollectiveWatchdog dog(options(0, 1, 100ms), &store, [&] { ++aborts; });
+  // queued behind other work for 300 ms (3 timeouts), then runs 50 ms
+  const auto t0 = Clock::now();
+  dog.launch("all_reduce", [t0] {
+    return std::make_unique<FakeEvent>([t0] {
+      const auto age = Clock::now() - t0;
+      if (age < 300ms) return CollectiveEvent::State::queued;
+      return age < 350ms ? CollectiveEvent::State::running : CollectiveEvent::State::done;
+    });
+  });
+  CHECK_NOTHROW(dog.wait_all());
+  CHECK(aborts == 0);
+  // one that starts and never ends times out a timeout after its start
+  std::atomic<int64_t> started_ms{-1};
+  const auto t1 = Clock::now();
+  dog.launch("broadcast", [&] {
+    return std::make_unique<FakeEvent>([&, t1] {
+      if (Clock::now() - t1 < 200ms) return CollectiveEvent::State::queued;
+      if (started_ms < 0) started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1).count();
+      return CollectiveEvent::State::running;
+    });
+  });
+  CHECK_THROWS_WITH(dog.wait_all(), Catch::Contains("broadcast #2") && Catch::Contains("within 100 ms of starting"));
+  const auto failed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1).count();
+  CHECK(started_ms >= 200);
+  CHECK(failed_ms >= started_ms + 100);
+  CHECK(aborts == 1);
+}
+
+TEST_CASE("events are queried and destroyed only on the watchdog thread, after on_thread_start") {
+  static thread_local bool device_set = false;
+  MemoryStore store;
+  std::atomic<int> queries{0}, destroyed{0}, off_device{0};
+  {
+    auto o = options(0, 1, 5s);
+    o.on_thread_start = [] { device_set = true; };
+    CollectiveWatchdog dog(o, &store, [] {});
+    std::atomic<bool> release{false};
+    for (int i = 0; i < 3; ++i) {
+      dog.launch("all_reduce", [&, i] {
+        return std::make_unique<FakeEvent>(
+            [&, i] {
+              ++queries;
+              if (!device_set) ++off_device;
+              return i == 0 || release ? CollectiveEvent::State::done : CollectiveEvent::State::running;
+            },
+            [&] {
+              ++destroyed;
+              if (!device_set) ++off_device;
+            });
+      });
+    }
+    const auto deadline = Clock::now() + 2s;
+    while (dog.pending() > 2 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    CHECK(dog.pending() == 2);
+  }  // two events still pending: destroyed by the watchdog thread on its way out
+  CHECK(queries > 0);
+  CHECK(destroyed == 3);
+  CHECK(off_device == 0);
+  CHECK_FALSE(device_set);  // the test's thread never set it
+}
+
+TEST_CASE("the collective timeout defaults to verl's 600 s") {
+  CHECK(CollectiveWatchdog::Options{}.timeout == 600s);
+  CHECK_THROWS_AS(CollectiveWatchdog(CollectiveWatchdog::Options{.poll_interval = 0ms}, nullptr, [] {}),
+                  hyflow::ValueError);
 }
 
 // --- PeerLiveness ----------------------------------------------------------------------------

@@ -54,6 +54,52 @@ ncclRedOp_t nccl_op(NcclOp op) {
   throw ValueError("NCCL: unknown reduce op");
 }
 
+// A collective's two events: `start` recorded on the stream before the kernel (done once all
+// earlier work on the stream is: the collective has started), `end` after it. Queried on the
+// watchdog thread, whose device is the communicator's; destroyed with that device current.
+class CudaCollectiveEvent : public CollectiveEvent {
+ public:
+  explicit CudaCollectiveEvent(int device) : device_(device) {
+    check_cuda(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming), "cudaEventCreate");
+    if (auto status = cudaEventCreateWithFlags(&end_, cudaEventDisableTiming); status != cudaSuccess) {
+      cudaEventDestroy(start_);
+      check_cuda(status, "cudaEventCreate");
+    }
+  }
+  ~CudaCollectiveEvent() override {
+    int current = -1;
+    const bool switch_device = cudaGetDevice(&current) != cudaSuccess || current != device_;
+    if (switch_device) cudaSetDevice(device_);
+    cudaEventDestroy(start_);
+    cudaEventDestroy(end_);
+    if (switch_device && current >= 0) cudaSetDevice(current);
+  }
+  CudaCollectiveEvent(const CudaCollectiveEvent&) = delete;
+  CudaCollectiveEvent& operator=(const CudaCollectiveEvent&) = delete;
+
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t end() const { return end_; }
+
+  // Any status but success and cudaErrorNotReady is a device error (sticky ones included): thrown.
+  State query() override {
+    if (ready(end_, "the end event")) return State::done;
+    return ready(start_, "the start event") ? State::running : State::queued;
+  }
+
+ private:
+  static bool ready(cudaEvent_t event, const char* which) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
+    if (status == cudaErrorNotReady) return false;
+    check_cuda(status, std::string("cudaEventQuery on ") + which);
+    return false;
+  }
+
+  int device_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t end_ = nullptr;
+};
+
 }  // namespace
 
 struct NcclCommunicator::Impl {
@@ -73,23 +119,24 @@ struct NcclCommunicator::Impl {
                 (last && *last ? std::string(": ") + last : std::string()));
   }
 
-  // Enqueues `launch` on `stream` and hands an event recorded after it to the watchdog.
+  // Enqueues `launch` on `stream` between a start and an end event, through the watchdog: it
+  // refuses once it failed, and never aborts the communicator while this enqueues.
   template <class Launch>
   void run(const std::string& op, void* stream, Launch launch) {
-    watchdog->check();
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    auto s = static_cast<cudaStream_t>(stream);
-    check(launch(s), op);
-    cudaEvent_t event = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    std::shared_ptr<CUevent_st> owned(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
-    check_cuda(cudaEventRecord(event, s), "cudaEventRecord");
-    watchdog->begin(op, [owned] { return cudaEventQuery(owned.get()) != cudaErrorNotReady; });
+    watchdog->launch(op, [&]() -> std::unique_ptr<CollectiveEvent> {
+      check_cuda(cudaSetDevice(device), "cudaSetDevice");
+      auto s = static_cast<cudaStream_t>(stream);
+      auto event = std::make_unique<CudaCollectiveEvent>(device);
+      check_cuda(cudaEventRecord(event->start(), s), "cudaEventRecord");
+      check(launch(s), op);
+      check_cuda(cudaEventRecord(event->end(), s), "cudaEventRecord");
+      return event;
+    });
   }
 };
 
 NcclCommunicator::NcclCommunicator(KeyValueStore& store, const std::string& group, int rank, int world_size, int device,
-                                   std::chrono::milliseconds timeout)
+                                   std::chrono::milliseconds timeout, std::chrono::milliseconds collective_timeout)
     : impl_(std::make_unique<Impl>()) {
   impl_->group = group;
   impl_->rank = rank;
@@ -117,8 +164,13 @@ NcclCommunicator::NcclCommunicator(KeyValueStore& store, const std::string& grou
   check_cuda(cudaMalloc(&impl_->barrier_buffer, sizeof(float)), "cudaMalloc");
   ncclComm_t comm = impl_->comm;
   impl_->watchdog = std::make_unique<CollectiveWatchdog>(
-      CollectiveWatchdog::Options{.group = group, .rank = rank, .world_size = world_size, .timeout = timeout}, &store,
-      [comm] { ncclCommAbort(comm); });
+      CollectiveWatchdog::Options{.group = group,
+                                  .rank = rank,
+                                  .world_size = world_size,
+                                  .timeout = collective_timeout,
+                                  // the watchdog thread's event queries and destruction on this device, not on 0
+                                  .on_thread_start = [device] { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }},
+      &store, [comm] { ncclCommAbort(comm); });
 }
 
 NcclCommunicator::~NcclCommunicator() {

@@ -2,7 +2,7 @@
 // An NCCL communicator on raw device pointers (no torch): built with HYFLOW_CUDA into
 // hyflow::collectives; ProcessGroup (process_group.cpp) adapts tensors to it. Every collective
 // is enqueued on the caller's stream (asynchronous for the host, ordered with the work around it
-// on that stream) and registered with a CollectiveWatchdog through an event recorded after it.
+// on that stream) through a CollectiveWatchdog, between a start and an end event.
 
 #include <hyflow/parallel/watchdog.hpp>
 
@@ -21,8 +21,11 @@ class NcclCommunicator {
   /// Joins group `group` as `rank` of `world_size` on CUDA device `device` (-1: the current
   /// one): a store barrier (a timeout names the missing ranks), the unique id from rank 0
   /// through the store, ncclCommInitRank. Throws hyflow::Error with NCCL's message on failure.
+  /// `timeout` bounds the rendezvous; `collective_timeout` is the watchdog's: how long one
+  /// collective may run once it has started on the device.
   NcclCommunicator(KeyValueStore& store, const std::string& group, int rank, int world_size, int device,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout,
+                   std::chrono::milliseconds collective_timeout = std::chrono::minutes(10));
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;

@@ -23,10 +23,21 @@ class AdamW;
 
 namespace hyflow::parallel {
 
-/// Copies rank 0's parameters to every rank (one collective over a flat buffer), so that
-/// ranks start identical even where loading initializes something at random (a fresh value
-/// head). No-op without a group.
-void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group);
+/// The default bound on one broadcast_parameters bucket: PyTorch DDP's bucket_cap_mb, 25 MiB.
+inline constexpr int64_t kBroadcastBucketBytes = int64_t{25} << 20;
+
+/// Copies rank 0's parameters (and buffers: any dtype) to every rank, bit for bit, so that ranks
+/// start identical even where loading initializes something at random (a fresh value head).
+/// Tensors are grouped by dtype and device, in order, and broadcast in their own dtype, a bucket
+/// of at most `bucket_bytes` at a time: a contiguous tensor that fills a bucket on its own is
+/// broadcast in place, smaller ones are packed into a flat bucket and copied back (one staging
+/// buffer per device, the size of the largest packed bucket, reused by every bucket). So the
+/// memory it needs beyond the parameters is at most `bucket_bytes` (never a copy of the model;
+/// a non-contiguous tensor larger than the cap: its own size).
+/// Every rank must pass the same shapes and dtypes in the same order. No-op without a group;
+/// ValueError when bucket_bytes <= 0.
+void broadcast_parameters(const std::vector<at::Tensor>& parameters, ProcessGroup* group,
+                          int64_t bucket_bytes = kBroadcastBucketBytes);
 
 /// FNV-1a hash (hex) over the bytes of every parameter in order: equal on two ranks exactly
 /// when their weights are bit-identical.

@@ -3,8 +3,9 @@
 // the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. Backend::gloo runs
 // collectives on CPU tensors. Backend::nccl (builds with -DHYFLOW_CUDA=ON) runs them on CUDA
 // tensors: enqueued on the current CUDA stream and asynchronous for the host, watched by a
-// CollectiveWatchdog that aborts the communicator after `timeout` and names the op, the group
-// and the ranks that never arrived (hyflow/parallel/watchdog.hpp). A gloo collective waiting for
+// CollectiveWatchdog that aborts the communicator once a collective has run for
+// `collective_timeout` and names the op, the group and the ranks that never arrived
+// (hyflow/parallel/watchdog.hpp). A gloo collective waiting for
 // a peer whose process died or stopped is aborted once that peer has been silent for
 // `peer_timeout` (hyflow/parallel/peer_liveness.hpp), naming it, instead of waiting for gloo's
 // own timeout; abort() does the same on request.
@@ -38,8 +39,13 @@ struct ProcessGroupOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   Backend backend = Backend::gloo;
-  /// Rendezvous and collective timeout.
+  /// Rendezvous timeout, and gloo's collective timeout.
   std::chrono::milliseconds timeout{30000};
+  /// nccl: how long one collective may run, measured from when it starts on the device (its
+  /// stream reached it), not from when it was enqueued, before the watchdog aborts the
+  /// communicator. verl's `nccl_timeout` (600 s by default): ranks reaching a collective minutes
+  /// apart (rollout lengths differ) is normal.
+  std::chrono::milliseconds collective_timeout{600000};
   /// Key prefix in the store, so several groups can share one store.
   std::string name = "default";
   /// NCCL: the CUDA device of this rank (-1: the current device).
@@ -79,7 +85,8 @@ class ProcessGroup {
   int size() const;
   Backend backend() const;
 
-  /// In place, across all ranks. avg divides the sum by size() (gloo has no native avg).
+  /// In place, across all ranks. avg divides the sum by size() (gloo has no native avg). A bool
+  /// sum is a logical or, a bool avg a ValueError (reduce_op_for).
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
   void broadcast(at::Tensor& tensor, int root);
   /// One tensor per rank, in rank order.
@@ -133,5 +140,10 @@ class ProcessGroup {
 
 /// True when this build can create NCCL process groups.
 bool nccl_available();
+
+/// The op a collective runs for `op` on `dtype`, as PyTorch maps it: a bool sum is a max (logical
+/// or; NCCL would add the bytes, and 1 + 1 = 2 is no bool), a bool avg is a ValueError naming
+/// `what`; everything else runs as asked. Both backends go through it.
+ReduceOp reduce_op_for(ReduceOp op, at::ScalarType dtype, const std::string& what);
 
 }  // namespace hyflow::parallel
