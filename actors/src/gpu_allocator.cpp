@@ -16,7 +16,8 @@ GpuAllocator::GpuAllocator(std::vector<Host> hosts) : hosts_(std::move(hosts)) {
 
 int GpuAllocator::free(size_t host) const {
   if (host >= owner_.size())
-    throw ValueError("GpuAllocator: no host " + std::to_string(host) + " (" + std::to_string(owner_.size()) + " hosts)");
+    throw ValueError("GpuAllocator: no host " + std::to_string(host) + " (" + std::to_string(owner_.size()) +
+                     " hosts)");
   return static_cast<int>(std::count(owner_[host].begin(), owner_[host].end(), std::string()));
 }
 
@@ -60,7 +61,7 @@ void GpuAllocator::assign(ResourcePool& pool, const std::string& pool_name, cons
       throw ValueError("resource pool '" + pool_name + "' needs " + std::to_string(nodes[node]) + " GPU(s) for node " +
                        std::to_string(node) + " on " + hosts_[host].name + ", which has " +
                        std::to_string(hosts_[host].gpus) + " CUDA device(s): " + holders(before) +
-" (pools on one host get disjoint GPUs)");
+                       " (pools on one host get disjoint GPUs)");
     }
   }
   pool.set_devices(std::move(devices));

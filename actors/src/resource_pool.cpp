@@ -52,10 +52,12 @@ void ResourcePool::add_node(int process_count) {
 }
 
 void ResourcePool::set_devices(std::vector<std::vector<int>> devices) {
-  if (!use_gpu_) throw ValueError("ResourcePool::set_devices: the pool " + list_str(process_on_nodes_) + " has no GPUs");
+  if (!use_gpu_)
+    throw ValueError("ResourcePool::set_devices: the pool " + list_str(process_on_nodes_) + " has no GPUs");
   if (devices.size() != process_on_nodes_.size())
-    throw ValueError("ResourcePool::set_devices: " + std::to_string(devices.size()) + " nodes of devices for a pool of " +
-                     std::to_string(process_on_nodes_.size()) + " nodes " + list_str(process_on_nodes_));
+    throw ValueError("ResourcePool::set_devices: " + std::to_string(devices.size()) +
+                     " nodes of devices for a pool of " + std::to_string(process_on_nodes_.size()) + " nodes " +
+                     list_str(process_on_nodes_));
   for (size_t i = 0; i < devices.size(); ++i)
     if (static_cast<int>(devices[i].size()) != process_on_nodes_[i])
       throw ValueError("ResourcePool::set_devices: node " + std::to_string(i) + " gets " + list_str(devices[i]) +
