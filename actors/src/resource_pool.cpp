@@ -47,7 +47,22 @@ std::vector<int> ResourcePool::local_rank_list() const {
 
 void ResourcePool::add_node(int process_count) {
   if (process_count <= 0) throw ValueError("ResourcePool::add_node: process count must be positive");
+  if (!devices_.empty()) throw ValueError("ResourcePool::add_node: the pool's devices are assigned already");
   process_on_nodes_.push_back(process_count);
+}
+
+void ResourcePool::set_devices(std::vector<std::vector<int>> devices) {
+  if (!use_gpu_)
+    throw ValueError("ResourcePool::set_devices: the pool " + list_str(process_on_nodes_) + " has no GPUs");
+  if (devices.size() != process_on_nodes_.size())
+    throw ValueError("ResourcePool::set_devices: " + std::to_string(devices.size()) +
+                     " nodes of devices for a pool of " + std::to_string(process_on_nodes_.size()) + " nodes " +
+                     list_str(process_on_nodes_));
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (static_cast<int>(devices[i].size()) != process_on_nodes_[i])
+      throw ValueError("ResourcePool::set_devices: node " + std::to_string(i) + " gets " + list_str(devices[i]) +
+                       " for its " + std::to_string(process_on_nodes_[i]) + " workers");
+  devices_ = std::move(devices);
 }
 
 bool ResourcePool::wants_gpus(const std::string& device, const std::vector<int>& workers_per_node,
@@ -80,7 +95,8 @@ std::vector<WorkerEnv> ResourcePool::place(const std::string& name_prefix, const
       e.local_world_size = process_on_nodes_[node];
       e.master_addr = master_addr;
       e.master_port = master_port;
-      e.device = use_gpu_ ? "cuda:" + std::to_string(local) : "cpu";
+      const int index = devices_.empty() ? local : devices_[node][static_cast<size_t>(local)];
+      e.device = use_gpu_ ? "cuda:" + std::to_string(index) : "cpu";
       e.name = name_prefix + type + "_" + std::to_string(node) + ":" + std::to_string(local);
       out.push_back(std::move(e));
     }

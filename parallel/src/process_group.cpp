@@ -43,6 +43,10 @@ ReduceOp reduce_op_for(ReduceOp op, at::ScalarType dtype, const std::string& wha
   return op;
 }
 
+Backend collective_backend(Backend backend, const c10::Device& device) {
+  return backend == Backend::nccl && device.is_cuda() ? Backend::nccl : Backend::gloo;
+}
+
 namespace {
 
 /// KeyValueStore over a c10d store (the group's PrefixStore).
@@ -283,8 +287,29 @@ struct ProcessGroup::Impl {
                               .store_address = options.master_addr + ":" + std::to_string(options.master_port)},
         std::move(own), [this](const std::string& why) { abort(why); });
   }
+  /// Joins the gloo group of this rank: the whole group (backend gloo), or an nccl group's CPU
+  /// side under the key prefix "cpu" (PyTorch's "cpu:gloo,cuda:nccl").
+  void join_gloo() {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+    c10::intrusive_ptr<c10d::Store> gloo_store = store;
+    if (options.backend == Backend::nccl) gloo_store = c10::make_intrusive<c10d::PrefixStore>("cpu", store);
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, options.rank, options.world_size, gloo_options);
+  }
 #if HYFLOW_WITH_NCCL
   std::unique_ptr<detail::NcclCommunicator> nccl;
+
+  /// Whether a collective on `t` goes to NCCL: a CUDA tensor of an nccl group (collective_backend).
+  bool on_nccl(const at::Tensor& t) const {
+    return nccl && collective_backend(Backend::nccl, t.device()) == Backend::nccl;
+  }
+  /// on_nccl for an op with an output and an input, which must be on the same kind of device.
+  bool on_nccl(const at::Tensor& output, const at::Tensor& input, const char* op) const {
+    if (nccl && output.device().type() != input.device().type())
+      throw ValueError(std::string(op) + ": output on " + output.device().str() + ", input on " + input.device().str() +
+                       " (" + where(options) + ")");
+    return on_nccl(output);
+  }
 
   // The CUDA tensor's current stream (LibTorch with CUDA), or the legacy default stream.
   void* stream_of(const at::Tensor& t, const char* op) const {
@@ -310,6 +335,11 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
   if (options.master_port <= 0 || options.master_port > 65535)
     throw ValueError("ProcessGroup: master port " + std::to_string(options.master_port) + " is not a valid port (" +
                      where(options) + ")");
+  if (options.backend == Backend::nccl && options.device < 0)
+    throw ValueError("ProcessGroup: backend nccl needs the rank's CUDA device (ProcessGroupOptions::device, the "
+                     "worker's own cuda index), got " + std::to_string(options.device) +
+                     "; the current device is cuda:0 on every thread of a process, so ranks would share one GPU (" +
+                     where(options) + ")");
   if (options.backend == Backend::nccl && !nccl_available())
     throw ValueError(
         "ProcessGroup: backend nccl needs a CUDA build of hyflow (-DHYFLOW_CUDA=ON with NCCL); this build "
@@ -325,13 +355,8 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.name, tcp);
     impl_->kv = std::make_unique<C10dStore>(impl_->store);
-    if (options.backend == Backend::gloo) {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
-      impl_->group =
-          c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, options.rank, options.world_size, gloo_options);
-      impl_->start_liveness();
-    }
+    impl_->join_gloo();  // nccl groups too: CPU tensors and control never go to NCCL
+    impl_->start_liveness();
   } catch (const c10::Error& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -396,12 +421,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   try {
     sub->impl_->store = c10::make_intrusive<c10d::PrefixStore>(name, impl_->store);
     sub->impl_->kv = std::make_unique<C10dStore>(sub->impl_->store);
-    if (o.backend == Backend::gloo) {
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(o.timeout);
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.master_addr));
-      sub->impl_->group =
-          c10::make_intrusive<c10d::ProcessGroupGloo>(sub->impl_->store, o.rank, o.world_size, gloo_options);
-    }
+    sub->impl_->join_gloo();
   } catch (const c10::Error& e) {
     throw Error("sub-group '" + o.name + "' of ranks [" + listed + "] failed to form (" + where(o) +
                 "): " + e.what_without_backtrace());
@@ -418,7 +438,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
 std::unique_ptr<Work> ProcessGroup::all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input) {
   check_blocks("all_gather_into_tensor", output, input, size());
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(output, input, "all_gather_into_tensor")) {
     all_gather_into_tensor(output, input);
     return std::make_unique<CompletedWork>();
   }
@@ -441,7 +461,7 @@ std::unique_ptr<Work> ProcessGroup::all_gather_into_tensor_async(at::Tensor& out
 std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   check_blocks("reduce_scatter", input, output, size());
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(output, input, "reduce_scatter")) {
     reduce_scatter(output, input, op);
     return std::make_unique<CompletedWork>();
   }
@@ -467,7 +487,7 @@ std::unique_ptr<Work> ProcessGroup::reduce_scatter_async(at::Tensor& output, con
 
 std::unique_ptr<Work> ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(tensor)) {
     all_reduce(tensor, op);
     return std::make_unique<CompletedWork>();
   }
@@ -505,16 +525,12 @@ KeyValueStore& ProcessGroup::store() {
 }
 
 c10d::ProcessGroup& ProcessGroup::native() {
-  if (!impl_->group) {
-    throw ValueError("ProcessGroup::native: group '" + impl_->options.name +
-                     "' runs on hyflow's NCCL communicator and has no c10d process group");
-  }
   return *impl_->group;
 }
 
 void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(tensor)) {
     void* stream = impl_->stream_of(tensor, "all_reduce");
     impl_->nccl->all_reduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
                             nccl_type(tensor, "all_reduce"),
@@ -534,7 +550,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   if (root < 0 || root >= size())
     throw ValueError("broadcast: root " + std::to_string(root) + " outside world size " + std::to_string(size()));
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(tensor)) {
     void* stream = impl_->stream_of(tensor, "broadcast");
     impl_->nccl->broadcast(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), nccl_type(tensor, "broadcast"), root,
                            stream);
@@ -550,7 +566,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(tensor)) {
     auto input = tensor.contiguous();
     auto output = at::empty({size(), input.numel()}, input.options());
     void* stream = impl_->stream_of(input, "all_gather");
@@ -572,7 +588,7 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
 void ProcessGroup::all_gather_into_tensor(at::Tensor& output, const at::Tensor& input) {
   check_blocks("all_gather_into_tensor", output, input, size());
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(output, input, "all_gather_into_tensor")) {
     auto in = input.contiguous();
     void* stream = impl_->stream_of(output, "all_gather_into_tensor");
     impl_->nccl->all_gather(in.data_ptr(), output.data_ptr(), static_cast<size_t>(in.numel()),
@@ -587,7 +603,7 @@ void ProcessGroup::all_gather_into_tensor(at::Tensor& output, const at::Tensor& 
 void ProcessGroup::reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) {
   check_blocks("reduce_scatter", input, output, size());
 #if HYFLOW_WITH_NCCL
-  if (impl_->nccl) {
+  if (impl_->on_nccl(output, input, "reduce_scatter")) {
     auto in = input.contiguous();
     void* stream = impl_->stream_of(output, "reduce_scatter");
     impl_->nccl->reduce_scatter(in.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),

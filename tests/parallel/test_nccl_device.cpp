@@ -111,6 +111,13 @@ TEST_CASE("a rank that never joins is named by the rendezvous") {
                     Catch::Contains("ranks that never arrived: 1"));
 }
 
+TEST_CASE("a communicator without a device is refused before any CUDA call, naming the group and rank") {
+  MemoryStore store;
+  CHECK_THROWS_AS(NcclCommunicator(store, "actor", 1, 2, -1, std::chrono::milliseconds(300)), hyflow::ValueError);
+  CHECK_THROWS_WITH(NcclCommunicator(store, "actor", 1, 2, -1, std::chrono::milliseconds(300)),
+                    Catch::Contains("NCCL group 'actor' rank 1 of 2") && Catch::Contains("no CUDA device given"));
+}
+
 int main(int argc, char* argv[]) {
   if (devices() == 0) {
     std::cout << "SKIPPED: no CUDA device visible; the NCCL communicator was built but not run\n";

@@ -49,12 +49,32 @@ TEST_CASE("an nccl group that cannot form is a clear error, in every build") {
                         .world_size = 2,
                         .master_port = port,
                         .backend = Backend::nccl,
-                        .timeout = std::chrono::milliseconds(300)};
+                        .timeout = std::chrono::milliseconds(300),
+                        .device = 0};
   if (!nccl_available()) {
     CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("nccl") && Catch::Contains("CUDA"));
   } else {  // no device (cudaGetDevice fails) or rank 1 never joins (named by the store barrier)
     CHECK_THROWS_AS(ProcessGroup(o), hyflow::Error);
   }
+}
+
+TEST_CASE("an nccl group without the rank's device is refused, naming the problem, before any rendezvous") {
+  ProcessGroupOptions o{.rank = 1, .world_size = 2, .master_port = pick_free_port(), .backend = Backend::nccl};
+  CHECK_THROWS_AS(ProcessGroup(o), ValueError);
+  CHECK_THROWS_WITH(ProcessGroup(o), Catch::Contains("needs the rank's CUDA device") && Catch::Contains("got -1") &&
+                                         Catch::Contains("share one GPU"));
+}
+
+TEST_CASE("collectives pick their backend by the tensor's device: CPU tensors never go to NCCL") {
+  // an nccl group: CUDA tensors (any index) to NCCL, CPU tensors to its gloo side
+  CHECK(collective_backend(Backend::nccl, c10::Device("cuda:0")) == Backend::nccl);
+  CHECK(collective_backend(Backend::nccl, c10::Device("cuda:3")) == Backend::nccl);
+  CHECK(collective_backend(Backend::nccl, c10::Device("cuda")) == Backend::nccl);
+  CHECK(collective_backend(Backend::nccl, c10::Device(c10::kCPU)) == Backend::gloo);
+  CHECK(collective_backend(Backend::nccl, torch::tensor({1.0}).device()) == Backend::gloo);
+  // a gloo group runs everything on gloo
+  CHECK(collective_backend(Backend::gloo, c10::Device("cuda:1")) == Backend::gloo);
+  CHECK(collective_backend(Backend::gloo, c10::Device(c10::kCPU)) == Backend::gloo);
 }
 
 TEST_CASE("bad rank and port are rejected with their values") {

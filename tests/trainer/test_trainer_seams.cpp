@@ -41,6 +41,17 @@ class TallyWorker : public Worker {
 };
 HYFLOW_REGISTER_WORKER(TallyWorker, "TallyWorker");
 
+/// A toy role that answers the device its worker was placed on (no CUDA call: placement only).
+class DeviceProbe : public Worker {
+ public:
+  explicit DeviceProbe(const Json&) {}
+  std::string where() { return device(); }
+  static void define_methods(MethodTable<DeviceProbe>& t) {
+    t.add("where", &DeviceProbe::where, {.dispatch = Dispatch::ALL_TO_ALL});
+  }
+};
+HYFLOW_REGISTER_WORKER(DeviceProbe, "DeviceProbe");
+
 Config with(std::vector<std::string> args, const fs::path& out) {
   Config c = small_config("grpo", out);
   c.apply_arguments(args);
@@ -113,6 +124,36 @@ TEST_CASE("a role added to the role table is placed on its pool, colocated, and 
   roles[3].pool = "nowhere";
   CHECK_THROWS_WITH(Placement(roles, pools, TrainerSection{}, ClusterSection{}),
                     Catch::Contains("'alone'") && Catch::Contains("'nowhere'"));
+}
+
+TEST_CASE("pools on one process get disjoint GPUs, colocated roles share theirs (4 GPUs injected, no CUDA)") {
+  const std::vector<RoleSpec> roles = {{.name = "actor", .worker_type = "DeviceProbe"},
+                                       {.name = "ref", .worker_type = "DeviceProbe"},
+                                       {.name = "rollout", .worker_type = "DeviceProbe", .pool = "rollout"}};
+  const std::vector<PoolSpec> pools = {{.name = "global", .workers_per_node = {2}},
+                                       {.name = "rollout", .workers_per_node = {2}, .name_prefix = "rollout_"}};
+  TrainerSection gpu;
+  gpu.device = "cuda";
+  const auto devices = [](Placement& p, const std::string& role) {
+    return std::vector<std::string>(p.group(role).call(&DeviceProbe::where));
+  };
+  {
+    Placement placement(roles, pools, gpu, ClusterSection{}, /*gpus_in_process=*/4);
+    CHECK(devices(placement, "actor") == std::vector<std::string>{"cuda:0", "cuda:1"});
+    CHECK(devices(placement, "ref") == std::vector<std::string>{"cuda:0", "cuda:1"});  // colocated: shared
+    CHECK(devices(placement, "rollout") == std::vector<std::string>{"cuda:2", "cuda:3"});
+  }
+  {  // two in-process nodes of one pool are one process: they do not share either
+    Placement placement({roles[0]}, {{.name = "global", .workers_per_node = {2, 2}}}, gpu, ClusterSection{}, 4);
+    CHECK(devices(placement, "actor") == std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2", "cuda:3"});
+  }
+  CHECK_THROWS_WITH(Placement(roles, pools, gpu, ClusterSection{}, 3),
+                    Catch::Contains("trainer.device") && Catch::Contains("pool 'rollout' needs 2 GPU(s)") &&
+                        Catch::Contains("pool 'global' holds cuda:0, cuda:1"));
+  gpu.device = "auto";  // the pools together do not fit: every pool on the CPU
+  Placement placement(roles, pools, gpu, ClusterSection{}, 3);
+  CHECK(devices(placement, "rollout") == std::vector<std::string>{"cpu", "cpu"});
+  CHECK(devices(placement, "actor") == std::vector<std::string>{"cpu", "cpu"});
 }
 
 TEST_CASE("a trainer loop of its own (best-of-n rejection sampling) on the public pieces, without ppo_trainer.cpp") {

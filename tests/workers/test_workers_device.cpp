@@ -61,6 +61,43 @@ TEST_CASE("local rank i runs on cuda:i, the i-th entry of CUDA_VISIBLE_DEVICES")
                                                              Catch::Contains("trainer.n_gpus_per_node"));
 }
 
+TEST_CASE("a CPU worker's process group is gloo without a device, as before") {
+  const WorkerEnv env{.rank = 1, .world_size = 4, .local_rank = 1, .master_port = 29500};
+  for (bool nccl : {false, true}) {
+    const auto o = process_group_options(env, c10::Device(c10::kCPU), nccl);
+    CHECK(o.backend == parallel::Backend::gloo);
+    CHECK(o.device == -1);
+    CHECK(o.rank == 1);
+    CHECK(o.world_size == 4);
+    CHECK(o.master_port == 29500);
+    CHECK(o.name == "hyflow.workers");
+  }
+}
+
+TEST_CASE("a worker on cuda:k gets an nccl group on device k (with a gloo side for CPU tensors)") {
+  const WorkerEnv env{.rank = 2, .world_size = 4, .local_rank = 0, .master_port = 29500, .device = "cuda:3"};
+  const auto o = process_group_options(env, c10::Device("cuda:3"), /*nccl=*/true);
+  CHECK(o.backend == parallel::Backend::nccl);
+  CHECK(o.device == 3);  // the worker's own index, not the current device (0 on every thread)
+  CHECK(process_group_options(env, c10::Device("cuda"), true).device == 0);
+  // a build without NCCL keeps the worker on gloo
+  const auto gloo = process_group_options(env, c10::Device("cuda:3"), /*nccl=*/false);
+  CHECK(gloo.backend == parallel::Backend::gloo);
+  CHECK(gloo.device == -1);
+}
+
+TEST_CASE("a separate rollout pool's workers get NCCL groups on their own GPUs, not on their local ranks") {
+  GpuAllocator gpus({{.name = "this process", .gpus = 4}});
+  ResourcePool global({2}, 10, 4, true), rollout({2}, 10, 4, true);
+  gpus.assign(global, "global");
+  gpus.assign(rollout, "rollout");
+  std::vector<int> devices;
+  for (const auto* pool : {&global, &rollout})
+    for (const auto& env : pool->place("", "w", "127.0.0.1", 29500))
+      devices.push_back(process_group_options(env, c10::Device(env.device), true).device);
+  CHECK(devices == std::vector<int>{0, 1, 2, 3});
+}
+
 TEST_CASE("staging onto the CPU passes tensors through: same storage, keys, dtypes and meta_info") {
   auto data = prompts(3);
   data.batch.set("scores", torch::rand({3, 5}, torch::kFloat64));

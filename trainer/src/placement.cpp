@@ -8,6 +8,7 @@
 
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace hyflow::trainer {
@@ -54,7 +55,8 @@ std::unique_ptr<Runtime> connect_cluster(const ClusterSection& c, std::shared_pt
 }  // namespace
 
 Placement::Placement(const std::vector<RoleSpec>& roles, const std::vector<PoolSpec>& pools,
-                     const TrainerSection& trainer, const ClusterSection& cluster) {
+                     const TrainerSection& trainer, const ClusterSection& cluster,
+                     std::optional<int> gpus_in_process) {
   std::map<std::string, const PoolSpec*> pool_of;
   for (const auto& p : pools) pool_of[p.name] = &p;
   for (const auto& role : roles) {
@@ -69,34 +71,64 @@ Placement::Placement(const std::vector<RoleSpec>& roles, const std::vector<PoolS
     group_options.call_deadline =
         std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(trainer.call_timeout_s * 1000))));
 
-  // trainer.device (cpu | cuda | auto): GPUs give each worker cuda:<local rank>
-  std::function<ResourcePool(const std::vector<int>&)> make_pool;
+  // The pools that hold an enabled role; every pool is made once, so the roles on it share its devices.
+  std::vector<const PoolSpec*> used;
+  for (const auto& pool : pools)
+    if (std::any_of(roles.begin(), roles.end(), [&](const RoleSpec& r) { return r.enabled && r.pool == pool.name; }))
+      used.push_back(&pool);
+
+  // trainer.device (cpu | cuda | auto). The pools share the GPUs of a host (in-process: this
+  // process's devices, whatever the pool's node count; on a cluster: each caf-node's), so a
+  // GpuAllocator hands each pool devices no other pool holds.
   std::shared_ptr<cluster::RemoteLauncher> nodes;
+  std::vector<GpuAllocator::Host> hosts;
   if (!cluster.nodes) {
     runtime_ = std::make_unique<Runtime>();
     const int visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-    make_pool = [&trainer, visible](const std::vector<int>& per_node) {  // every node shares this process's devices
-      const bool gpu = ResourcePool::wants_gpus(trainer.device, per_node, std::vector<int>(per_node.size(), visible));
-      return ResourcePool(per_node, 10, gpu ? visible : 8, gpu);
-    };
+    hosts.push_back({.name = "this process", .gpus = gpus_in_process.value_or(visible)});
   } else {
-    // workers on caf-node processes: the pool's nodes (sorted by address) with its workers each
     runtime_ = connect_cluster(cluster, nodes);
-    std::vector<int> advertised;  // GPUs per node, in the launcher's node order
-    for (const auto& info : nodes->nodes()) advertised.push_back(info.gpus);
-    make_pool = [&trainer, nodes, advertised](const std::vector<int>& per_node) {
-      return nodes->pool(per_node, ResourcePool::wants_gpus(trainer.device, per_node, advertised));
-    };
+    for (const auto& info : nodes->nodes()) hosts.push_back({.name = "caf-node " + info.address, .gpus = info.gpus});
   }
+  const bool in_process = !cluster.nodes;
+  std::vector<int> demand(hosts.size(), 0);  // workers per host, all pools together
+  for (const PoolSpec* pool : used)
+    for (size_t node = 0; node < pool->workers_per_node.size(); ++node)
+      if (in_process || node < demand.size()) demand[in_process ? 0 : node] += pool->workers_per_node[node];
+  std::vector<int> gpus_per_host;
+  for (const auto& h : hosts) gpus_per_host.push_back(h.gpus);
+  bool gpu = false;
+  if (trainer.device == "auto") {
+    gpu = ResourcePool::wants_gpus("auto", demand, gpus_per_host);  // every pool fits, or all run on the CPU
+  } else {
+    // cpu or cuda (another value is a ValueError naming the key); with cuda a pool that alone
+    // needs more than a host offers is refused here, pools that only fit apart by the allocator
+    for (const PoolSpec* pool : used)
+      (void)ResourcePool::wants_gpus(trainer.device, pool->workers_per_node,
+                                     in_process ? std::vector<int>(pool->workers_per_node.size(), hosts[0].gpus)
+                                                : gpus_per_host);
+    gpu = trainer.device == "cuda";
+  }
+  GpuAllocator allocator(hosts);
+  auto make_pool = [&](const PoolSpec& pool) {
+    const auto& per_node = pool.workers_per_node;
+    ResourcePool made =
+        in_process ? ResourcePool(per_node, 10, gpu ? hosts[0].gpus : 8, gpu) : nodes->pool(per_node, gpu);
+    with_key("trainer.device", [&] {
+      allocator.assign(made, pool.name, in_process ? std::vector<size_t>(per_node.size(), 0) : std::vector<size_t>{});
+      return 0;
+    });
+    return made;
+  };
 
-  for (const auto& pool : pools) {
+  for (const PoolSpec* pool : used) {
     std::vector<const RoleSpec*> placed;
     for (const auto& role : roles)
-      if (role.enabled && role.pool == pool.name) placed.push_back(&role);
-    if (placed.empty()) continue;
+      if (role.enabled && role.pool == pool->name) placed.push_back(&role);
+    const ResourcePool resources = make_pool(*pool);
     WorkerGroupOptions options = group_options;
-    options.name_prefix = pool.name_prefix;
-    if (pool.name == "global") {
+    options.name_prefix = pool->name_prefix;
+    if (pool->name == "global") {
       // verl's default placement: every role of the pool in one worker, one view per role
       std::vector<std::pair<std::string, WorkerSpec>> specs;
       std::vector<std::string> names;
@@ -104,13 +136,12 @@ Placement::Placement(const std::vector<RoleSpec>& roles, const std::vector<PoolS
         specs.emplace_back(r->name, WorkerSpec{r->worker_type, r->init_args});
         names.push_back(r->name);
       }
-      bundle_.emplace(*runtime_, make_pool(pool.workers_per_node), colocated_spec(specs), options);
+      bundle_.emplace(*runtime_, resources, colocated_spec(specs), options);
       for (auto& [name, view] : bundle_->spawn(names)) groups_.emplace(name, std::move(view));
       continue;
     }
     for (const RoleSpec* r : placed)
-      groups_.emplace(r->name, WorkerGroup(*runtime_, make_pool(pool.workers_per_node),
-                                           WorkerSpec{r->worker_type, r->init_args}, options));
+      groups_.emplace(r->name, WorkerGroup(*runtime_, resources, WorkerSpec{r->worker_type, r->init_args}, options));
   }
 }
 

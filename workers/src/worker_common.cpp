@@ -8,15 +8,22 @@
 
 namespace hyflow::workers::detail {
 
+parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const c10::Device& device, bool nccl) {
+  const bool on_nccl = nccl && device.is_cuda();
+  return {.rank = env.rank,
+          .world_size = env.world_size,
+          .master_addr = env.master_addr,
+          .master_port = env.master_port,
+          .backend = on_nccl ? parallel::Backend::nccl : parallel::Backend::gloo,
+          .name = "hyflow.workers",
+          .device = on_nccl ? (device.has_index() ? device.index() : 0) : -1};
+}
+
 std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker) {
   if (worker.world_size() <= 1) return nullptr;
   return worker.host().get_or_create<parallel::ProcessGroup>([&] {
-    const auto& env = worker.env();
-    return std::make_shared<parallel::ProcessGroup>(parallel::ProcessGroupOptions{.rank = env.rank,
-                                                                                  .world_size = env.world_size,
-                                                                                  .master_addr = env.master_addr,
-                                                                                  .master_port = env.master_port,
-                                                                                  .name = "hyflow.workers"});
+    return std::make_shared<parallel::ProcessGroup>(
+        process_group_options(worker.env(), resolve_device(worker.env().device), parallel::nccl_available()));
   });
 }
 

@@ -15,9 +15,16 @@
 
 namespace hyflow::workers::detail {
 
-/// The process group of `worker`'s worker group, owned by its WorkerHost: created on first use
-/// (a rendezvous: every rank must call it) and shared by every role hosted in the same worker,
-/// so colocated roles do not each bind the master port. Null for a world size of 1.
+/// The options of a worker's process group (verl's "cpu:gloo,cuda:nccl"): gloo for a CPU
+/// worker; for a worker on cuda:<k> in a build with NCCL (`nccl`), backend nccl with device k,
+/// the worker's own device, whose group also joins a gloo group for CPU tensors and control.
+/// A CUDA worker in a build without NCCL stays on gloo.
+parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const c10::Device& device, bool nccl);
+
+/// The process group of `worker`'s worker group (process_group_options with the worker's
+/// device), owned by its WorkerHost: created on first use (a rendezvous: every rank must call
+/// it) and shared by every role hosted in the same worker, so colocated roles do not each bind
+/// the master port. Null for a world size of 1.
 std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker);
 
 /// KeyError "<method>: the batch lacks the tensor '<key>' (has: ...)" for the first missing key.

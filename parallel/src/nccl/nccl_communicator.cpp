@@ -141,7 +141,12 @@ NcclCommunicator::NcclCommunicator(KeyValueStore& store, const std::string& grou
   impl_->group = group;
   impl_->rank = rank;
   impl_->world_size = world_size;
-  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  // No cudaGetDevice() fallback: the current device is 0 on every thread of a process, so the
+  // worker threads of one process would all land on GPU 0.
+  if (device < 0)
+    throw ValueError("NCCL group '" + group + "' rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                     ": no CUDA device given (device " + std::to_string(device) +
+                     "); pass the rank's own device (its local cuda index)");
   impl_->device = device;
   check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   // Every rank alive before NCCL's own (unbounded) rendezvous, so a missing rank is named.

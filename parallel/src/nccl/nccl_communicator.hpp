@@ -18,9 +18,10 @@ enum class NcclOp { sum, product, min, max, avg };
 
 class NcclCommunicator {
  public:
-  /// Joins group `group` as `rank` of `world_size` on CUDA device `device` (-1: the current
-  /// one): a store barrier (a timeout names the missing ranks), the unique id from rank 0
-  /// through the store, ncclCommInitRank. Throws hyflow::Error with NCCL's message on failure.
+  /// Joins group `group` as `rank` of `world_size` on CUDA device `device` (>= 0, the rank's own;
+  /// a negative one is a ValueError naming the group and rank, before any CUDA call): a store
+  /// barrier (a timeout names the missing ranks), the unique id from rank 0 through the store,
+  /// ncclCommInitRank. Throws hyflow::Error with NCCL's message on failure.
   /// `timeout` bounds the rendezvous; `collective_timeout` is the watchdog's: how long one
   /// collective may run once it has started on the device.
   NcclCommunicator(KeyValueStore& store, const std::string& group, int rank, int world_size, int device,

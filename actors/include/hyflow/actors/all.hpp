@@ -5,6 +5,7 @@
 #include <hyflow/actors/colocated.hpp>
 #include <hyflow/actors/dispatch.hpp>
 #include <hyflow/actors/error.hpp>
+#include <hyflow/actors/gpu_allocator.hpp>
 #include <hyflow/actors/method_table.hpp>
 #include <hyflow/actors/resource_pool.hpp>
 #include <hyflow/actors/runtime.hpp>

@@ -37,9 +37,17 @@ class ResourcePool {
   static bool wants_gpus(const std::string& device, const std::vector<int>& workers_per_node,
                          const std::vector<int>& gpus_per_node, const std::string& key = "trainer.device");
 
+  /// The CUDA device of every worker, per node (devices[node][local_rank]), drawn for this pool
+  /// from the node's GPUs by a GpuAllocator so that pools sharing a node do not share devices.
+  /// Needs use_gpu and one device per worker of each node (ValueError naming the node otherwise).
+  void set_devices(std::vector<std::vector<int>> devices);
+  /// The devices set by set_devices (empty: none set, workers get cuda:{local_rank}).
+  const std::vector<std::vector<int>>& devices() const { return devices_; }
+
   /// Deterministic placement: rank order is node order, then local rank. Names are
-  /// "{prefix}{type}_{node}:{local_rank}"; devices "cuda:{local_rank}" with use_gpu, else "cpu":
-  /// a logical index, the local_rank-th device of the node's CUDA_VISIBLE_DEVICES.
+  /// "{prefix}{type}_{node}:{local_rank}"; devices "cuda:{devices()[node][local_rank]}" (or
+  /// "cuda:{local_rank}" when none were set) with use_gpu, else "cpu": a logical index into the
+  /// node's CUDA_VISIBLE_DEVICES.
   std::vector<WorkerEnv> place(const std::string& name_prefix, const std::string& type, const std::string& master_addr,
                                int master_port) const;
 
@@ -48,6 +56,7 @@ class ResourcePool {
   int max_colocate_count_;
   int n_gpus_per_node_;
   bool use_gpu_;
+  std::vector<std::vector<int>> devices_;
 };
 
 /// Pools by name and roles by pool (verl's ResourcePoolManager).

@@ -9,6 +9,11 @@
 // a peer whose process died or stopped is aborted once that peer has been silent for
 // `peer_timeout` (hyflow/parallel/peer_liveness.hpp), naming it, instead of waiting for gloo's
 // own timeout; abort() does the same on request.
+//
+// An nccl group is two groups under one name, like PyTorch's "cpu:gloo,cuda:nccl" that verl
+// initialises: NCCL for CUDA tensors and a gloo group (store prefix "<name>/cpu") for CPU
+// tensors and control; each collective picks by its tensor's device (collective_backend), so
+// a CPU tensor never reaches NCCL. A gloo group runs every collective on gloo.
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/parallel/watchdog.hpp>
@@ -48,7 +53,8 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds collective_timeout{600000};
   /// Key prefix in the store, so several groups can share one store.
   std::string name = "default";
-  /// NCCL: the CUDA device of this rank (-1: the current device).
+  /// NCCL: the CUDA device of this rank, its own cuda index (a worker's cuda:<k>). Required: -1
+  /// with backend nccl is a ValueError (the current device is 0 on every thread of a process).
   int device = -1;
   /// gloo: a collective that waits for a rank whose process has not signalled for this long
   /// (dead, stopped, cut off) is aborted, naming the rank. 0 turns the check off. Ranks signal
@@ -128,8 +134,8 @@ class ProcessGroup {
   /// The rendezvous store of the group (keys are prefixed with the group name).
   KeyValueStore& store();
 
-  /// The c10d process group, for code that needs the full c10d API (gloo only: an NCCL group
-  /// is hyflow's own and throws hyflow::ValueError).
+  /// The c10d gloo group, for code that needs the full c10d API on CPU tensors (of an nccl
+  /// group: its CPU side).
   c10d::ProcessGroup& native();
 
  private:
@@ -145,5 +151,10 @@ bool nccl_available();
 /// or; NCCL would add the bytes, and 1 + 1 = 2 is no bool), a bool avg is a ValueError naming
 /// `what`; everything else runs as asked. Both backends go through it.
 ReduceOp reduce_op_for(ReduceOp op, at::ScalarType dtype, const std::string& what);
+
+/// The backend that runs a collective on a tensor of `device` in a group of `backend`: nccl for
+/// a CUDA tensor of an nccl group, gloo for everything else (CPU tensors of an nccl group go to
+/// its gloo side).
+Backend collective_backend(Backend backend, const c10::Device& device);
 
 }  // namespace hyflow::parallel
