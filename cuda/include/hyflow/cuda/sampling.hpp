@@ -68,8 +68,10 @@ at::Tensor sample_seeded(const at::Tensor& logits, const SamplingOptions& option
 
 /// sample_seeded without its check of invalid rows, which reads the tokens back to the host:
 /// a row with a NaN logit or no finite logit gets token -1, for the caller to check when it
-/// reads the tokens anyway (the decode engine's once-per-step stop check). Nothing here waits
-/// for a device when the settings are tensors on it.
+/// reads the tokens anyway (the decode engine's once-per-step stop check). It does not read the
+/// tokens back; but per-row temperature, top_p and min_p tensors are range-checked here, one
+/// `nonzero()` each, and each of those waits for the device: a caller that validated them on the
+/// host before copying them over pays one wait per given tensor and step.
 at::Tensor sample_seeded_unchecked(const at::Tensor& logits, const SamplingOptions& options, uint64_t seed,
                                    uint64_t step, const at::Tensor& row_ids = {}, const RowSampling& rows = {},
                                    Impl impl = Impl::by_device);
