@@ -2,6 +2,7 @@
 // pipe) and one short-lived thread per connection, at most max_connections of them; every
 // read and write of a connection waits at most until its deadline.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/text.hpp>
 #include <hyflow/metrics/server.hpp>
 
 #include <arpa/inet.h>
@@ -58,17 +59,6 @@ bool loopback(const sockaddr* a) {
 int remaining_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 100));  // slices: see `stopping`
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
 struct Response {
@@ -291,9 +281,9 @@ struct Server::Impl {
     bool ok = false;
     while (std::getline(lines, line)) {
       const auto colon = line.find(':');
-      if (colon == std::string::npos || lower(trim(line.substr(0, colon))) != "authorization") continue;
+      if (colon == std::string::npos || ascii_lower(trim(line.substr(0, colon))) != "authorization") continue;
       const std::string value = trim(line.substr(colon + 1));
-      if (value.size() < 7 || lower(value.substr(0, 7)) != "bearer ") return false;
+      if (value.size() < 7 || ascii_lower(value.substr(0, 7)) != "bearer ") return false;
       if (ok) return false;  // given twice
       ok = equal_in_constant_time(trim(value.substr(7)), options.token);
       if (!ok) return false;

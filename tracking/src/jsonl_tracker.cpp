@@ -1,5 +1,6 @@
 // The JSONL tracker: settles an earlier run's metrics file, then appends a line per step.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/files.hpp>
 #include <hyflow/tracking/jsonl_tracker.hpp>
 
 #include <iostream>
@@ -10,24 +11,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The first of `<path><suffix>`, `<path><suffix>.1`, ... that does not exist (nothing is overwritten).
-fs::path free_path(const fs::path& path, const std::string& suffix) {
-  fs::path target = path.string() + suffix;
-  for (int n = 1; fs::exists(target); ++n) target = path.string() + suffix + "." + std::to_string(n);
-  return target;
-}
-
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
   if (!out) throw Error("cannot write " + path.string());
-}
-
-/// Written beside the target and renamed over it: a reader sees the old file or the new one.
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  write_text(tmp, text);
-  fs::rename(tmp, path);
 }
 
 /// A fresh run moves the earlier run's file aside; a run resumed at step S moves the lines the

@@ -1,6 +1,7 @@
 // The tensorboard tracker: Event protos (hyflow.tensorboard, TensorFlow's field numbers) framed
 // as TFRecords in an event file TensorBoard reads.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/files.hpp>
 #include <hyflow/tracking/tensorboard_tracker.hpp>
 #include <hyflow/tracking/tfrecord.hpp>
 
@@ -42,13 +43,6 @@ bool is_event_file(const fs::path& path) {
   return path.filename().string().find("tfevents") != std::string::npos;
 }
 
-/// The first of `<dir>.old`, `<dir>.old.1`, ... that does not exist.
-fs::path free_sibling(const fs::path& dir) {
-  fs::path target = dir.string() + ".old";
-  for (int n = 1; fs::exists(target); ++n) target = dir.string() + ".old." + std::to_string(n);
-  return target;
-}
-
 /// A fresh run moves the event files an earlier run left in `dir` aside, so that TensorBoard
 /// does not draw the two runs as one.
 void move_earlier_run(const fs::path& dir) {
@@ -56,7 +50,7 @@ void move_earlier_run(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.is_regular_file() && is_event_file(entry.path())) earlier.push_back(entry.path());
   if (earlier.empty()) return;
-  const fs::path old = free_sibling(dir);
+  const fs::path old = free_path(dir, ".old");
   fs::create_directories(old);
   for (const auto& file : earlier) fs::rename(file, old / file.filename());
   std::cout << "tensorboard: " << earlier.size() << " event file(s) of an earlier run moved to " << old.string()

@@ -2,6 +2,7 @@
 // The PPO table is the trainer's own sections plus the role workers' declarations
 // (workers::worker_config_keys), so a key is declared once, where it is read.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/text.hpp>
 #include <hyflow/core/suggest.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/ppo_config.hpp>
@@ -95,18 +96,6 @@ std::vector<ConfigKey> make_sft_keys() {
   return k;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
 const char* type_name(KeyType t) {
   switch (t) {
     case T::integer: return "an integer";
@@ -148,7 +137,7 @@ Json list_item(const ConfigKey& k, const YAML::Node& item, const std::string& ra
   if (item.Tag() == "!") return Json(v);  // quoted
   Json number = Json::parse(v, nullptr, /*allow_exceptions=*/false);
   if (number.is_number()) return number;
-  const std::string l = lower(v);
+  const std::string l = ascii_lower(v);
   if (l == "true" || l == "false") return Json(l == "true");
   if (l == "null" || l == "~") return Json();
   return Json(v);
@@ -185,7 +174,7 @@ const std::vector<ConfigKey>& config_keys(ConfigSchema schema) {
 
 Json parse_config_value(const ConfigKey& k, const std::string& raw) {
   const std::string text = trim(raw);
-  const std::string l = lower(text);
+  const std::string l = ascii_lower(text);
   if (k.nullable && (l == "null" || l == "none" || l == "~")) return Json();
   try {
     switch (k.type) {

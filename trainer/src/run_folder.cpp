@@ -1,5 +1,6 @@
 // The run folder's record of a launch: config.yaml (every key and its source) and run.json.
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/files.hpp>
 #include <hyflow/core/version.hpp>
 #include <hyflow/trainer/run_folder.hpp>
 
@@ -27,29 +28,11 @@ const std::chrono::system_clock::time_point kProcessStart = std::chrono::system_
 /// config.yaml's source comments start at this column when the "key: value" part is shorter.
 constexpr size_t kCommentColumn = 48;
 
-/// The first of `<path><suffix>`, `<path><suffix>.1`, ... that does not exist (nothing is overwritten).
-fs::path free_path(const fs::path& path, const std::string& suffix) {
-  fs::path target = path.string() + suffix;
-  for (int n = 1; fs::exists(target); ++n) target = path.string() + suffix + "." + std::to_string(n);
-  return target;
-}
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-/// Written beside the target and renamed over it: a reader sees the old file or the new one.
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw Error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, path);
 }
 
 void move_aside(const fs::path& path) {

@@ -1,6 +1,7 @@
 #include "trainer_checkpoint.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/files.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -9,20 +10,6 @@
 namespace hyflow::trainer {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw Error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, path);
-}
-
-}  // namespace
 
 int64_t checkpoint_step(const fs::path& dir) {
   const std::string name = dir.filename().string();
