@@ -57,10 +57,10 @@ Args logits_args(const at::Tensor& logits) {
 /// any other device is refused by name (require_kernel_device).
 template <class Args>
 void launch(const at::Tensor& tensor, const char* op, const Args& args, void (*host)(const Args&, int),
-            void (*device)(const Args&, void*)) {
+            void (*device)(const Args&, void*, int)) {
   require_kernel_device(tensor, op);
   if (tensor.is_cuda()) {
-    with_tensor_stream(tensor, op, [&](void* stream) { device(args, stream); });
+    with_tensor_stream(tensor, op, [&](void* stream) { device(args, stream, kernels::kDefaultBlockThreads); });
   } else {
     host(args, kernels::kDefaultBlockThreads);
   }

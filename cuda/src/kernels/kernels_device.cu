@@ -63,6 +63,12 @@ __global__ void sample_kernel(SampleArgs args) {
   detail::sample_row(ex, args, static_cast<int64_t>(blockIdx.x));
 }
 
+__global__ void primitives_kernel(PrimitiveArgs args) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < args.n; i += stride)
+    detail::primitives_at(args, i);
+}
+
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     throw Error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorName(status) + ": " +
@@ -71,10 +77,13 @@ void check(cudaError_t status, const char* what) {
 }
 
 template <class Kernel, class Args>
-void launch(Kernel kernel, const Args& args, void* stream, const char* what) {
+void launch(Kernel kernel, const Args& args, void* stream, const char* what, int threads) {
+  if (threads < 1 || threads > 1024 || (threads & (threads - 1)) != 0) {
+    throw ValueError(std::string(what) + ": block_threads must be a power of two in [1, 1024], got " +
+                     std::to_string(threads));
+  }
   if (args.rows == 0) return;
   if (args.rows > 0x7fffffff) throw ValueError(std::string(what) + ": more than 2^31-1 rows");
-  const int threads = kDefaultBlockThreads;
   const auto smem = static_cast<size_t>(detail::shared_bytes(threads));
   kernel<<<static_cast<unsigned>(args.rows), threads, smem, static_cast<cudaStream_t>(stream)>>>(args);
   check(cudaGetLastError(), what);
@@ -104,14 +113,28 @@ bool available() {
   return device_count() > 0;
 }
 
-void scores_forward(const ScoresForward& args, void* stream) {
-  launch(scores_forward_kernel, args, stream, "scores_forward");
+double memory_bandwidth(int device) {
+  int khz = 0, bits = 0;
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device), "cudaDeviceGetAttribute(memory clock)");
+  check(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device), "cudaDeviceGetAttribute(bus width)");
+  return 2.0 * static_cast<double>(khz) * 1e3 * static_cast<double>(bits) / 8.0;
 }
-void scores_backward(const ScoresBackward& args, void* stream) {
-  launch(scores_backward_kernel, args, stream, "scores_backward");
+
+void scores_forward(const ScoresForward& args, void* stream, int block_threads) {
+  launch(scores_forward_kernel, args, stream, "scores_forward", block_threads);
 }
-void sample(const SampleArgs& args, void* stream) {
-  launch(sample_kernel, args, stream, "sample");
+void scores_backward(const ScoresBackward& args, void* stream, int block_threads) {
+  launch(scores_backward_kernel, args, stream, "scores_backward", block_threads);
+}
+void sample(const SampleArgs& args, void* stream, int block_threads) {
+  launch(sample_kernel, args, stream, "sample", block_threads);
+}
+void primitives(const PrimitiveArgs& args, void* stream) {
+  if (args.n <= 0) return;
+  const int64_t blocks = (args.n + 255) / 256;
+  primitives_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0,
+                      static_cast<cudaStream_t>(stream)>>>(args);
+  check(cudaGetLastError(), "primitives");
 }
 
 }  // namespace device

@@ -85,5 +85,9 @@ void sample(const SampleArgs& args, int block_threads) {
            [](HostExec& ex, const SampleArgs& a, int64_t row) { detail::sample_row(ex, a, row); });
 }
 
+void primitives(const PrimitiveArgs& args) {
+  for (int64_t i = 0; i < args.n; ++i) detail::primitives_at(args, i);
+}
+
 }  // namespace host
 }  // namespace hyflow::cuda::kernels

@@ -268,4 +268,20 @@ HYFLOW_HD void sample_row(Exec& ex, const SampleArgs& a, int64_t row) {
   ex.sync();
 }
 
+// --- the shared arithmetic, element i (PrimitiveArgs) ------------------------------------------
+
+HYFLOW_HD void primitives_at(const PrimitiveArgs& a, int64_t i) {
+  if (a.philox_in) {
+    const uint32_t* in = a.philox_in + 6 * i;
+    const Philox4 out = philox4x32_10(Philox4{{in[0], in[1], in[2], in[3]}}, in[4], in[5]);
+    for (int w = 0; w < 4; ++w) a.philox_out[4 * i + w] = out.v[w];
+  }
+  if (a.values) {
+    a.bf16[i] = float_to_bf16(a.values[i]);
+    a.f16[i] = float_to_f16(a.values[i]);
+    a.bf16_back[i] = bf16_to_float(a.bf16[i]);
+    a.f16_back[i] = f16_to_float(a.f16[i]);
+  }
+}
+
 }  // namespace hyflow::cuda::kernels::detail
