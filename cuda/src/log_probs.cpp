@@ -80,8 +80,7 @@ std::vector<at::Tensor> run_forward(const at::Tensor& logits, const at::Tensor& 
   a.entropy = entropy.data_ptr<float>();
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
-  detail::launch(logits, "log_probs_and_entropy", a, kernels::host::scores_forward,
-                 kernels::device::scores_forward);
+  detail::launch(logits, "log_probs_and_entropy", a, kernels::host::scores_forward, kernels::device::scores_forward);
   return {log_probs, entropy, lse, mean};
 }
 

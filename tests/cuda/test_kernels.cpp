@@ -15,6 +15,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 
 using namespace hyflow::cuda;
 using kernel_test::Buffer;
@@ -398,8 +399,10 @@ TEST_CASE("-inf tokens are never drawn") {
 
 TEST_CASE("kernel tokens equal the reference's: same filters, same Philox race") {
   for (DType dtype : {DType::f32, DType::bf16}) {
+    // top_k 50 and 200: the candidates in shared memory; 1500: more than fit, the full passes
     for (Draw d : {Draw{}, Draw{.temperature = 0.8f, .top_k = 50}, Draw{.top_p = 0.9f},
-                   Draw{.temperature = 1.2f, .top_k = 200, .top_p = 0.7f, .min_p = 0.02f}}) {
+                   Draw{.temperature = 1.2f, .top_k = 200, .top_p = 0.7f, .min_p = 0.02f},
+                   Draw{.top_k = 1500, .top_p = 0.8f}, Draw{.top_k = 1500, .min_p = 0.01f}}) {
       d.seed = 1234;
       d.step = 17;
       Logits x(torch::randn({64, 3001}, seeded(20)) * 2.5, dtype);
@@ -457,4 +460,82 @@ TEST_CASE("the kernels give the same results at every block size, and refuse one
     CHECK(tokens.read() == base_tokens);
   }
   CHECK_THROWS_WITH(kernel_test::run(a, 3), Catch::Contains("power of two"));
+}
+
+TEST_CASE("results do not depend on where a row starts (16-byte vectors or element loads)") {
+  // On the device an aligned row is read in 16-byte vectors and a misaligned one element by
+  // element, in the same order: the results must be equal bit for bit.
+  INFO("backend " << kernel_test::backend_name());
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Logits x(torch::randn({5, 4096 + 24}, seeded(30)) * 3, dtype);  // a whole number of vectors, and a tail
+    auto labels = random_labels(5, x.vocab(), 31);
+    const auto bytes = x.bytes();
+    const size_t width = dtype == DType::f32 ? 4 : 2;
+    std::vector<unsigned char> shifted(width);  // one element before the rows: no row is 16-byte aligned
+    shifted.insert(shifted.end(), bytes.begin(), bytes.end());
+    Buffer<unsigned char> aligned_buf(bytes), shifted_buf(shifted);
+    Buffer<int64_t> label_buf(labels);
+    auto run_both = [&](const void* logits) {
+      Buffer<float> lp(5), ent(5);
+      Buffer<int64_t> tokens(5);
+      auto f = x.args<kernels::ScoresForward>(logits);
+      f.labels = label_buf.get();
+      f.log_probs = lp.get();
+      f.entropy = ent.get();
+      kernel_test::run(f);
+      auto s = x.args<kernels::SampleArgs>(logits);
+      s.top_k_all = 40;
+      s.top_p_all = 0.9f;
+      s.seed = 8;
+      s.tokens = tokens.get();
+      kernel_test::run(s);
+      return std::make_tuple(lp.read(), ent.read(), tokens.read());
+    };
+    const auto a = run_both(aligned_buf.get());
+    const auto b = run_both(static_cast<const unsigned char*>(shifted_buf.get()) + width);
+    CHECK(std::get<0>(a) == std::get<0>(b));
+    CHECK(std::get<1>(a) == std::get<1>(b));
+    CHECK(std::get<2>(a) == std::get<2>(b));
+  }
+}
+
+TEST_CASE("the backward over several blocks per row equals one block, bit for bit") {
+  // The device splits a row over several blocks at small batch; the host driver can be asked to.
+  Logits x(torch::randn({3, 20000 + 5}, seeded(32)) * 2, DType::bf16);
+  auto labels = random_labels(3, x.vocab(), 33);
+  labels[1] = 19999;  // in the last segment
+  const auto bytes = x.bytes();
+  std::vector<float> g_lp{1.0f, -0.5f, 0.25f}, g_ent{0.1f, 0.3f, -0.2f};
+  auto s = forward(x, labels);
+  auto grad_with = [&](int segments) {
+    std::vector<unsigned char> out(bytes.size());
+    kernels::ScoresBackward a = x.args<kernels::ScoresBackward>(bytes.data());
+    a.labels = labels.data();
+    a.grad_log_probs = g_lp.data();
+    a.grad_entropy = g_ent.data();
+    a.lse = s.lse.data();
+    a.mean_z = s.mean.data();
+    a.grad_logits = out.data();
+    kernels::host::scores_backward(a, 256, segments);
+    return out;
+  };
+  const auto one = grad_with(1);
+  CHECK(grad_with(3) == one);
+  CHECK(grad_with(7) == one);
+  CHECK_THROWS_WITH(grad_with(0), Catch::Contains("segments must be >= 1"));
+}
+
+TEST_CASE("the fused backward at a vocabulary the device splits over several blocks equals autograd") {
+  INFO("backend " << kernel_test::backend_name());
+  Logits x(torch::randn({2, 151936}, seeded(34)) * 3, DType::bf16);  // Qwen2's vocabulary, 2 rows
+  auto labels = random_labels(2, x.vocab(), 35);
+  std::vector<float> g_lp{1.0f, -0.7f}, g_ent{0.2f, 0.5f};
+  auto got = backward(x, labels, g_lp, g_ent);
+  auto leaf = x.values().to(at::kDouble).requires_grad_();
+  auto logp = leaf.log_softmax(-1);
+  auto p = logp.exp();
+  auto lp = logp.gather(-1, torch::tensor(labels, at::kLong).unsqueeze(-1)).squeeze(-1);
+  auto ent = -(p * logp.masked_fill(p == 0, 0)).sum(-1);
+  ((lp * tensor_of(g_lp).to(at::kDouble)).sum() + (ent * tensor_of(g_ent).to(at::kDouble)).sum()).backward();
+  CHECK(torch::allclose(got.to(at::kDouble), leaf.grad(), 1e-2, 1e-4));
 }

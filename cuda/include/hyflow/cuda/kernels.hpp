@@ -1,6 +1,7 @@
 #pragma once
 // The token kernels on raw pointers: fused log-probs + entropy (forward and backward) and
-// per-row sampling. One block of threads per row; no softmax is ever materialized.
+// per-row sampling. One block of threads per row (the backward: several at small batch); rows
+// are read in 16-byte vectors; no softmax is ever materialized.
 //
 // Every kernel exists twice, from the same source (cuda/src/kernels/*.cuh):
 //   hyflow::cuda::kernels::host::*    the host build: a driver that runs the grid (rows) and
@@ -108,7 +109,9 @@ namespace host {
 /// threads (a power of two, 1..1024) emulated phase by phase. Same arithmetic as the device
 /// at the same block size.
 void scores_forward(const ScoresForward& args, int block_threads = kDefaultBlockThreads);
-void scores_backward(const ScoresBackward& args, int block_threads = kDefaultBlockThreads);
+/// `segments`: blocks per row (the device picks them from its SM count at small batch); the
+/// gradient is elementwise, so the result is the same for any number.
+void scores_backward(const ScoresBackward& args, int block_threads = kDefaultBlockThreads, int segments = 1);
 void sample(const SampleArgs& args, int block_threads = kDefaultBlockThreads);
 void primitives(const PrimitiveArgs& args);
 }  // namespace host
