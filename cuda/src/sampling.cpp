@@ -4,6 +4,7 @@
 #include "torch_device.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/torch_compat.hpp>
 #include <hyflow/cuda/kernels.hpp>
 
 #include <limits>
@@ -237,8 +238,7 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options, std:
   auto z = filter_logits(logits, options);
   if (options.is_greedy()) return z.argmax(-1);
   auto probs = z.softmax(-1);
-  // c10::optional in LibTorch 1.13, std::optional in 2.x: build it explicitly for both.
-  c10::optional<at::Generator> gen;
+  torch_compat::Optional<at::Generator> gen;
   if (generator) gen = *generator;
   return at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(-1);
 }

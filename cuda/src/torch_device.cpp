@@ -9,9 +9,10 @@
 
 #include <string>
 
+#include <hyflow/core/torch_compat.hpp>
+
 #if HYFLOW_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace hyflow::cuda {
@@ -47,7 +48,7 @@ void with_tensor_stream(const at::Tensor& tensor, const char* op, const std::fun
 #if HYFLOW_TORCH_CUDA
   (void)op;
   const c10::cuda::CUDAGuard guard(tensor.device());
-  launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream()));
+  launch(torch_compat::current_stream(tensor.device().index()));
 #else
   (void)launch;
   require_kernel_device(tensor, op);
