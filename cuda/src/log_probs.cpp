@@ -96,8 +96,9 @@ at::Tensor run_backward(const at::Tensor& logits, const at::Tensor& labels, doub
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
   a.grad_logits = grad.data_ptr();
-  detail::launch(logits, "log_probs_and_entropy (backward)", a, kernels::host::scores_backward,
-                 kernels::device::scores_backward);
+  // the host build in one segment per row (the device splits rows at small batch itself)
+  auto host = +[](const kernels::ScoresBackward& args, int threads) { kernels::host::scores_backward(args, threads); };
+  detail::launch(logits, "log_probs_and_entropy (backward)", a, host, kernels::device::scores_backward);
   return grad;
 }
 
