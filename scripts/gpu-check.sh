@@ -2,8 +2,9 @@
 # The device check of a GPU machine (docs/gpu.md, "The device check"), about 10 minutes on one
 # H100/H200 once the build exists:
 #   1. the environment: GPU, driver, CUDA toolkit, the build's LibTorch;
-#   2. every CTest test labelled "gpu" (kernels, NCCL, a worker on cuda:0); on a GPU machine a
-#      test that reports "skipped" is a failure;
+#   2. every CTest test labelled "gpu" (kernels, the tensor adapter with per-row device arrays on a
+#      side stream at vocab 151,936 in bf16, NCCL, a worker on cuda:0 generating greedy and
+#      sampled); on a GPU machine a test that reports "skipped" is a failure;
 #   3. the device kernel test again under compute-sanitizer memcheck and racecheck;
 #   4. the kernels bench (bench/cuda/cuda_kernels_bench), its JSON lines kept as figures (a device
 #      case it skips is a failure);
@@ -102,8 +103,16 @@ if (work / "bench.jsonl").exists():
             pass
 if bench_rc == "passed" and any("skipped" in line for line in bench):
     bench_rc = "failed"  # on a GPU machine the bench's device cases must run
+def verdict(test):  # one gpu test's own line: missing when this build has no such test
+    if test not in tests:
+        return "missing"
+    return "passed" if tests[test] == "Passed" else "failed"
 checks = {
     "ctest_gpu": "passed" if ctest_rc == "0" and tests and not skipped else "failed",
+    # the adapter with per-row device arrays on a side stream, vocab 151,936, bf16
+    "adapter_side_stream": verdict("test_cuda_adapter_device"),
+    # test_workers_gpu: greedy and sampled rollouts, log-probs and an update on cuda:0 against the CPU
+    "worker_rollout_sampling": verdict("test_workers_gpu"),
     "memcheck": memcheck,
     "racecheck": racecheck,
     "kernels_bench": bench_rc,
@@ -120,6 +129,8 @@ print(json.dumps({
     "tests": tests,
     "skipped_on_device": skipped,
     "peak_memory_used_mib": max(memory) if memory else None,
+    # the device's HBM roofline as the kernels bench read it (cudaDevAttrMemoryClockRate x bus width)
+    "hbm_roofline_gb_s": next((b.get("hbm_gb_s") for b in bench if b.get("bench") == "cuda_kernels_roofline"), None),
     "bench": bench,
     "wall_s": wall,
 }))

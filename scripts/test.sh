@@ -10,7 +10,9 @@
 #   4. where nvcc is on the PATH: the CUDA code compiled and linked in a small -DHYFLOW_CUDA=ON
 #      build of the cuda and parallel modules (only these targets: the nvcc kernels, the NCCL
 #      communicator, process_group.cpp's NCCL branch, their tests), the host-build kernel tests
-#      run again against it, and the GPU tests reported "Not Run (Skipped)" without a device.
+#      run again against it, and the GPU tests reported "Not Run (Skipped)" without a device. It
+#      configures with -DHYFLOW_CUDA_KERNELS_ONLY=ON (Debian's LibTorch has no CUDA), and checks that
+#      without that opt-out the configuration is refused.
 # Set HYFLOW_SKIP_SANITIZE=1 to skip step 3, HYFLOW_SKIP_SUBSET=1 to skip step 2,
 # HYFLOW_SKIP_CUDA=1 to skip step 4.
 set -euo pipefail
@@ -45,8 +47,18 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export 
 if [ "${HYFLOW_SKIP_CUDA:-0}" != 1 ] && command -v nvcc >/dev/null && command -v ninja >/dev/null; then
   cuda_start=$(date +%s)
   cuda_build=${HYFLOW_CUDA_BUILD_DIR:-build-cuda}
-  cmake -S . -B "$cuda_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYFLOW_CUDA=ON -DHYFLOW_MODULES="cuda;parallel" \
-    -DHYFLOW_BUILD_BENCH=OFF -DHYFLOW_BUILD_APPS=OFF >/dev/null
+  # Without the opt-out, -DHYFLOW_CUDA=ON against this CPU LibTorch must refuse to configure (a few seconds).
+  refused=$(mktemp -d)
+  if cmake -S . -B "$refused" -G Ninja -DHYFLOW_CUDA=ON -DHYFLOW_MODULES=cuda -DHYFLOW_BUILD_TESTS=OFF \
+    -DHYFLOW_BUILD_BENCH=OFF -DHYFLOW_BUILD_APPS=OFF >"$refused.log" 2>&1 ||
+    ! grep -q 'needs a LibTorch built with CUDA' "$refused.log"; then
+    cat "$refused.log" >&2
+    echo "test.sh: -DHYFLOW_CUDA=ON against a LibTorch without CUDA did not refuse to configure" >&2
+    exit 1
+  fi
+  rm -rf "$refused" "$refused.log"
+  cmake -S . -B "$cuda_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYFLOW_CUDA=ON -DHYFLOW_CUDA_KERNELS_ONLY=ON \
+    -DHYFLOW_MODULES="cuda;parallel" -DHYFLOW_BUILD_BENCH=OFF -DHYFLOW_BUILD_APPS=OFF >/dev/null
   cmake --build "$cuda_build" -j "$(nproc)" --target hyflow_cuda_kernels test_cuda_kernels_host \
     test_cuda_kernels_device test_collectives test_nccl_device \
     parallel/CMakeFiles/hyflow_parallel.dir/src/process_group.cpp.o

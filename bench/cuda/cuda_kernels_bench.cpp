@@ -5,6 +5,12 @@
 //         entropy, softmax + sort-based top-p + multinomial), when this build has them
 //         (-DHYFLOW_CUDA=ON with a CUDA LibTorch) and a device is visible; otherwise one line
 //         saying the GPU figures were skipped and why.
+// Each line also gives the bytes a kernel must move at least (one read of the logits plus its
+// per-row inputs and outputs), the bandwidth that makes (bytes / best time) and, on a GPU, that
+// against the device's HBM roofline (kernels::device::memory_bandwidth); on the host the
+// roofline is null with the reason. The sampling kernel reads the logits more than once (one
+// pass per radix digit of the top-k and top-p thresholds), so its figure is a lower bound of
+// what it moves: the gap to the roofline is what fewer passes would win.
 // Usage: cuda_kernels_bench [--quick]
 
 #include "bench_json.hpp"
@@ -26,6 +32,35 @@
 using namespace hyflow::cuda;
 
 namespace {
+
+/// What a kernel must move at least, and how close its best time comes to moving it at `roofline`
+/// bytes/s (0: no device roofline, `why_not` says why). Added to the bench's JSON line.
+struct Traffic {
+  double bytes = 0;
+  double roofline = 0;
+  std::string why_not;
+};
+
+void emit(const std::string& bench, const std::string& c, double value, const std::string& peer, double peer_value,
+          double ratio, const Traffic& t, double seconds) {
+  nlohmann::json line{{"bench", bench},
+                      {"case", c},
+                      {"value", value},
+                      {"unit", "rows/s"},
+                      {"peer", peer},
+                      {"peer_value", peer_value},
+                      {"ratio", ratio},
+                      {"min_bytes", t.bytes},
+                      {"gb_s", t.bytes / seconds / 1e9}};
+  if (t.roofline > 0) {
+    line["roofline_gb_s"] = t.roofline / 1e9;
+    line["roofline_fraction"] = t.bytes / seconds / t.roofline;
+  } else {
+    line["roofline_gb_s"] = nullptr;
+    line["roofline_reason"] = t.why_not;
+  }
+  std::cout << line.dump() << std::endl;
+}
 
 /// Best of `reps` wall-clock seconds of fn (after one warm-up), synchronizing CUDA when asked.
 double best_seconds(int reps, bool cuda, const std::function<void()>& fn) {
@@ -57,7 +92,7 @@ at::Tensor torch_top_p_sample(const at::Tensor& logits, double top_p) {
 }
 
 void bench_scores(const std::string& where, const at::Tensor& logits, const at::Tensor& labels, int reps,
-                  const std::string& peer, const std::function<void()>& peer_fn, Impl impl) {
+                  const std::string& peer, const std::function<void()>& peer_fn, Impl impl, Traffic traffic) {
   const bool cuda = logits.is_cuda();
   const double ours = best_seconds(reps, cuda, [&] {
     auto s = log_probs_and_entropy(logits, labels, {.impl = impl});
@@ -67,11 +102,13 @@ void bench_scores(const std::string& where, const at::Tensor& logits, const at::
   const double rows = static_cast<double>(logits.size(0));
   const std::string c = where + " log-probs + entropy, " + std::to_string(logits.size(0)) + " x " +
                         std::to_string(logits.size(1)) + " " + c10::toString(logits.scalar_type());
-  hyflow_bench::emit("cuda_token_scores", c, rows / ours, "rows/s", peer, rows / theirs, theirs / ours);
+  // one read of the logits; per row: the label in, log-prob, entropy, logsumexp and mean out
+  traffic.bytes = static_cast<double>(logits.numel() * logits.element_size()) + rows * (8 + 4 * 4);
+  emit("cuda_token_scores", c, rows / ours, peer, rows / theirs, theirs / ours, traffic, ours);
 }
 
 void bench_sampling(const std::string& where, const at::Tensor& logits, int reps, const std::string& peer,
-                    const std::function<void()>& peer_fn, Impl impl) {
+                    const std::function<void()>& peer_fn, Impl impl, Traffic traffic) {
   const bool cuda = logits.is_cuda();
   uint64_t step = 0;
   const double ours = best_seconds(reps, cuda, [&] {
@@ -82,7 +119,9 @@ void bench_sampling(const std::string& where, const at::Tensor& logits, int reps
   const double rows = static_cast<double>(logits.size(0));
   const std::string c =
       where + " sampling top-p 0.9, " + std::to_string(logits.size(0)) + " x " + std::to_string(logits.size(1));
-  hyflow_bench::emit("cuda_sampling", c, rows / ours, "rows/s", peer, rows / theirs, theirs / ours);
+  // at least one read of the logits and the per-row settings (four floats or int64s) and the token
+  traffic.bytes = static_cast<double>(logits.numel() * logits.element_size()) + rows * (4 * 8 + 8);
+  emit("cuda_sampling", c, rows / ours, peer, rows / theirs, theirs / ours, traffic, ours);
 }
 
 }  // namespace
@@ -92,6 +131,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   // CPU: the host build against the ATen reference, one thread each.
   at::set_num_threads(1);
+  const Traffic host{.why_not = "the host build: one CPU thread, no HBM roofline"};
   {
     const int64_t rows = quick ? 8 : 64, vocab = 32000;
     auto logits = torch::randn({rows, vocab}) * 3;
@@ -102,7 +142,7 @@ int main(int argc, char** argv) {
           auto s = log_probs_and_entropy(logits, labels, {.impl = Impl::reference});
           (void)s;
         },
-        Impl::kernel);
+        Impl::kernel, host);
     auto few = logits.narrow(0, 0, quick ? 4 : 16);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(1);
     bench_sampling(
@@ -111,7 +151,7 @@ int main(int argc, char** argv) {
           auto t = sample(few, {.top_p = 0.9}, generator);
           (void)t;
         },
-        Impl::kernel);
+        Impl::kernel, host);
   }
   // GPU: the CUDA kernels against PyTorch's ops on the same device.
   if (!device_kernels_built() || !torch::cuda::is_available()) {
@@ -120,9 +160,14 @@ int main(int argc, char** argv) {
             ? "this build has no CUDA kernels for tensors (needs -DHYFLOW_CUDA=ON and a CUDA LibTorch)"
             : "no CUDA device visible";
     std::cout << nlohmann::json{{"bench", "cuda_kernels_gpu"}, {"skipped", why}}.dump() << std::endl;
+    std::cout << nlohmann::json{{"bench", "cuda_kernels_roofline"}, {"hbm_gb_s", nullptr}, {"reason", why}}.dump()
+              << std::endl;
     return 0;
   }
   const int64_t rows = quick ? 256 : 2048, vocab = 151936;  // Qwen2's vocabulary
+  const Traffic device{.roofline = kernels::device::memory_bandwidth(0)};
+  std::cout << nlohmann::json{{"bench", "cuda_kernels_roofline"}, {"hbm_gb_s", device.roofline / 1e9}}.dump()
+            << std::endl;
   for (auto dtype : {at::kBFloat16, at::kFloat}) {
     auto logits = (torch::randn({rows, vocab}, torch::kCUDA) * 3).to(dtype);
     auto labels = torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
@@ -134,7 +179,7 @@ int main(int argc, char** argv) {
           auto e = torch_entropy(z);
           (void)lp, (void)e;
         },
-        Impl::by_device);
+        Impl::by_device, device);
   }
   auto logits = torch::randn({quick ? 64 : 256, vocab}, torch::kCUDA) * 3;
   bench_sampling(
@@ -143,6 +188,6 @@ int main(int argc, char** argv) {
         auto t = torch_top_p_sample(logits, 0.9);
         (void)t;
       },
-      Impl::by_device);
+      Impl::by_device, device);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/shape.hpp>
+#include <hyflow/core/torch_compat.hpp>
 
 #include <ATen/Context.h>
 #include <torch/torch.h>
@@ -41,9 +42,9 @@ void check_inputs(const char* what, const at::Tensor& x, const at::Tensor& weigh
 
 // a (N, in) @ b (out, in)^T [+ bias] through oneDNN's inner product -> dense (N, out).
 at::Tensor inner_product(const at::Tensor& a, const at::Tensor& b_packed, const at::Tensor& bias) {
-  return at::mkldnn_linear(a.contiguous().to_mkldnn(), b_packed,
-                           bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
-      .to_dense();
+  using OptionalTensor = torch_compat::Optional<at::Tensor>;
+  const OptionalTensor b = bias.defined() ? OptionalTensor(bias) : OptionalTensor();
+  return at::mkldnn_linear(a.contiguous().to_mkldnn(), b_packed, b).to_dense();
 }
 
 // The three products spelled out for autograd: y = x W^T + b, dx = dy W, dW = dy^T x, db = sum dy.

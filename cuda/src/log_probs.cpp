@@ -80,7 +80,7 @@ std::vector<at::Tensor> run_forward(const at::Tensor& logits, const at::Tensor& 
   a.entropy = entropy.data_ptr<float>();
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
-  detail::launch(logits, a, kernels::host::scores_forward, kernels::device::scores_forward);
+  detail::launch(logits, "log_probs_and_entropy", a, kernels::host::scores_forward, kernels::device::scores_forward);
   return {log_probs, entropy, lse, mean};
 }
 
@@ -96,7 +96,9 @@ at::Tensor run_backward(const at::Tensor& logits, const at::Tensor& labels, doub
   a.lse = lse.data_ptr<float>();
   a.mean_z = mean.data_ptr<float>();
   a.grad_logits = grad.data_ptr();
-  detail::launch(logits, a, kernels::host::scores_backward, kernels::device::scores_backward);
+  // the host build in one segment per row (the device splits rows at small batch itself)
+  auto host = +[](const kernels::ScoresBackward& args, int threads) { kernels::host::scores_backward(args, threads); };
+  detail::launch(logits, "log_probs_and_entropy (backward)", a, host, kernels::device::scores_backward);
   return grad;
 }
 
@@ -121,6 +123,7 @@ class FusedScores : public torch::autograd::Function<FusedScores> {
 };
 
 TokenScores kernel_scores(const at::Tensor& logits, const at::Tensor& labels, double temperature) {
+  detail::require_kernel_device(logits, "log_probs_and_entropy");
   const int64_t vocab = logits.size(-1);
   auto flat = logits.reshape({-1, vocab}).contiguous();
   auto flat_labels = labels.reshape({-1}).to(at::kLong).contiguous();

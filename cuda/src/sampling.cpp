@@ -4,6 +4,7 @@
 #include "torch_device.hpp"
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/torch_compat.hpp>
 #include <hyflow/cuda/kernels.hpp>
 
 #include <limits>
@@ -202,7 +203,7 @@ at::Tensor kernel_seeded(const at::Tensor& logits, const Resolved& r, uint64_t s
     a.steps = row_steps.data_ptr<int64_t>();
   }
   a.tokens = tokens.data_ptr<int64_t>();
-  detail::launch(x, a, kernels::host::sample, kernels::device::sample);
+  detail::launch(x, "sample_seeded", a, kernels::host::sample, kernels::device::sample);
   return tokens;
 }
 
@@ -237,8 +238,7 @@ at::Tensor sample(const at::Tensor& logits, const SamplingOptions& options, std:
   auto z = filter_logits(logits, options);
   if (options.is_greedy()) return z.argmax(-1);
   auto probs = z.softmax(-1);
-  // c10::optional in LibTorch 1.13, std::optional in 2.x: build it explicitly for both.
-  c10::optional<at::Generator> gen;
+  torch_compat::Optional<at::Generator> gen;
   if (generator) gen = *generator;
   return at::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(-1);
 }
@@ -255,6 +255,17 @@ at::Tensor sample_seeded_unchecked(const at::Tensor& logits, const SamplingOptio
   if (rows.step.defined() && (rows.step.dim() != 1 || rows.step.size(0) != n)) {
     throw ShapeError("sample_seeded: per-row step must be (" + std::to_string(n) + ",), got " +
                      std::to_string(rows.step.numel()) + " elements");
+  }
+  if (uses_kernels(impl, logits.device())) {
+    detail::require_kernel_device(logits, "sample_seeded");
+  } else if (!logits.device().is_cpu()) {
+    // The reference draws in a host loop: it would copy these logits to the host every step.
+    throw ValueError("sample_seeded: logits on " + logits.device().str() +
+                     " would be copied to the host by the reference sampler every step: " +
+                     (impl == Impl::reference ? std::string("Impl::reference takes CPU logits")
+                                              : std::string("this build has no CUDA kernels for tensors (configure "
+                                                            "-DHYFLOW_CUDA=ON against a LibTorch with CUDA, "
+                                                            "docs/gpu.md)")));
   }
   const auto resolved = resolve(logits, options, rows);
   return uses_kernels(impl, logits.device()) ? kernel_seeded(logits, resolved, seed, step, row_ids, rows.step)

@@ -7,9 +7,12 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/dispatch.hpp>
 
+#include <string>
+
+#include <hyflow/core/torch_compat.hpp>
+
 #if HYFLOW_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace hyflow::cuda {
@@ -32,14 +35,24 @@ bool uses_kernels(Impl impl, const at::Device& device) {
 
 namespace detail {
 
-void with_tensor_stream(const at::Tensor& tensor, const std::function<void(void* stream)>& launch) {
+void require_kernel_device(const at::Tensor& t, const char* op) {
+  if (t.device().is_cpu() || (t.is_cuda() && device_kernels_built())) return;
+  throw ValueError(std::string(op) + ": a tensor on " + t.device().str() +
+                   " cannot run the token kernels: this build has " +
+                   (device_kernels_built() ? "them for CPU and CUDA tensors only"
+                                           : "no CUDA kernels for tensors (configure -DHYFLOW_CUDA=ON against a "
+                                             "LibTorch with CUDA, docs/gpu.md)"));
+}
+
+void with_tensor_stream(const at::Tensor& tensor, const char* op, const std::function<void(void* stream)>& launch) {
 #if HYFLOW_TORCH_CUDA
+  (void)op;
   const c10::cuda::CUDAGuard guard(tensor.device());
-  launch(static_cast<void*>(c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream()));
+  launch(torch_compat::current_stream(tensor.device().index()));
 #else
   (void)launch;
-  throw Error("hyflow::cuda: tensor on " + tensor.device().str() +
-              " needs the CUDA kernels, but this build has none (-DHYFLOW_CUDA=ON with a CUDA LibTorch)");
+  require_kernel_device(tensor, op);
+  throw ValueError(std::string(op) + ": tensor on " + tensor.device().str() + " needs the CUDA kernels");
 #endif
 }
 

@@ -13,8 +13,13 @@
 namespace hyflow::cuda::detail {
 
 /// Runs `launch(stream)` with `tensor`'s device current and its current CUDA stream (a
-/// cudaStream_t). Throws hyflow::Error in builds without a CUDA LibTorch.
-void with_tensor_stream(const at::Tensor& tensor, const std::function<void(void* stream)>& launch);
+/// cudaStream_t). Throws hyflow::ValueError naming `op` in builds without a CUDA LibTorch.
+void with_tensor_stream(const at::Tensor& tensor, const char* op, const std::function<void(void* stream)>& launch);
+
+/// Throws hyflow::ValueError naming `op` and the device unless the kernels can run where `t`
+/// lives: the host build for CPU tensors, the device build for CUDA tensors when this build has
+/// it. Anything else would reach the host build with memory it cannot read, or a host copy.
+void require_kernel_device(const at::Tensor& t, const char* op);
 
 /// True when the kernels read `t`'s dtype as it is: float32, bfloat16 or float16.
 inline bool is_kernel_dtype(const at::Tensor& t) {
@@ -48,12 +53,14 @@ Args logits_args(const at::Tensor& logits) {
 }
 
 /// Runs a token kernel where `tensor` lives: `device` (the nvcc build) on the tensor's current
-/// CUDA stream for a CUDA tensor, `host` (the host build, default block size) for any other.
+/// CUDA stream for a CUDA tensor, `host` (the host build, default block size) for a CPU tensor;
+/// any other device is refused by name (require_kernel_device).
 template <class Args>
-void launch(const at::Tensor& tensor, const Args& args, void (*host)(const Args&, int),
-            void (*device)(const Args&, void*)) {
+void launch(const at::Tensor& tensor, const char* op, const Args& args, void (*host)(const Args&, int),
+            void (*device)(const Args&, void*, int)) {
+  require_kernel_device(tensor, op);
   if (tensor.is_cuda()) {
-    with_tensor_stream(tensor, [&](void* stream) { device(args, stream); });
+    with_tensor_stream(tensor, op, [&](void* stream) { device(args, stream, kernels::kDefaultBlockThreads); });
   } else {
     host(args, kernels::kDefaultBlockThreads);
   }

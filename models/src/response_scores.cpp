@@ -19,10 +19,11 @@ ResponseScores response_scores_from_logits(const at::Tensor& logits, const at::T
   // (B, T, V) -> (B, R, V): position t predicts token t + 1
   auto z = logits.narrow(1, T - R - 1, R);
   if (options.temperature != 1.0) z = z / options.temperature;
-  ResponseScores out;
-  out.log_probs = cuda::log_probs_from_logits(z, responses, options.chunk_rows);
-  if (options.with_entropy) out.entropy = cuda::entropy_from_logits_chunked(z, options.chunk_rows);
-  return out;
+  // One fused call for both: the kernel path makes (and autograd saves) one contiguous copy of
+  // these (B, R, V) logits, not one for the log-probs and another for the entropy.
+  auto scores = cuda::log_probs_and_entropy(
+      z, responses, {.with_entropy = options.with_entropy, .impl = options.impl, .chunk_rows = options.chunk_rows});
+  return {scores.log_probs, scores.entropy};
 }
 
 ResponseScores compute_response_scores(CausalLM& model, const DataProto& batch, const ScoreOptions& options) {

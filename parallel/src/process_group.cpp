@@ -14,9 +14,7 @@
 #if HYFLOW_WITH_NCCL
 #include "nccl/nccl_communicator.hpp"
 #endif
-#if HYFLOW_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
+#include <hyflow/core/torch_compat.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -238,7 +236,7 @@ struct ProcessGroup::Impl {
   ProcessGroupOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<C10dStore> kv;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;  // gloo
+  c10::intrusive_ptr<torch_compat::GlooBase> group;  // gloo
   std::shared_ptr<AbortState> abort_state = std::make_shared<AbortState>();
   std::unique_ptr<PeerLiveness> liveness;
 
@@ -319,7 +317,7 @@ struct ProcessGroup::Impl {
     }
     if (!t.is_contiguous()) throw ValueError(std::string("nccl ") + op + ": tensors must be contiguous");
 #if HYFLOW_TORCH_CUDA
-    return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
+    return torch_compat::current_stream(t.device().index());
 #else
     return nullptr;
 #endif
@@ -524,7 +522,7 @@ KeyValueStore& ProcessGroup::store() {
   return *impl_->kv;
 }
 
-c10d::ProcessGroup& ProcessGroup::native() {
+torch_compat::GlooBase& ProcessGroup::native() {
   return *impl_->group;
 }
 
@@ -622,7 +620,7 @@ void ProcessGroup::barrier() {
 #if HYFLOW_WITH_NCCL
   if (impl_->nccl) {
 #if HYFLOW_TORCH_CUDA
-    void* stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(impl_->nccl->device()).stream());
+    void* stream = torch_compat::current_stream(static_cast<c10::DeviceIndex>(impl_->nccl->device()));
 #else
     void* stream = nullptr;
 #endif

@@ -19,10 +19,13 @@ void backend_free(void* p);
 void copy_to_backend(void* dst, const void* src, std::size_t bytes);
 void copy_from_backend(void* dst, const void* src, std::size_t bytes);
 
-/// Run a kernel on backend pointers and wait for it.
-void run(const hyflow::cuda::kernels::ScoresForward& args);
-void run(const hyflow::cuda::kernels::ScoresBackward& args);
-void run(const hyflow::cuda::kernels::SampleArgs& args);
+/// Run a kernel on backend pointers (blocks of `threads` threads) and wait for it.
+constexpr int kThreads = hyflow::cuda::kernels::kDefaultBlockThreads;
+void run(const hyflow::cuda::kernels::ScoresForward& args, int threads = kThreads);
+void run(const hyflow::cuda::kernels::ScoresBackward& args, int threads = kThreads);
+void run(const hyflow::cuda::kernels::SampleArgs& args, int threads = kThreads);
+/// The shared arithmetic (Philox, 16-bit conversions) computed by the backend.
+void run(const hyflow::cuda::kernels::PrimitiveArgs& args);
 
 /// A backend buffer holding a copy of `host` (or `n` uninitialized elements).
 template <class T>

@@ -36,17 +36,21 @@ void copy_to_backend(void* dst, const void* src, std::size_t bytes) {
 void copy_from_backend(void* dst, const void* src, std::size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
 }
-void run(const hyflow::cuda::kernels::ScoresForward& a) {
-  hyflow::cuda::kernels::device::scores_forward(a, nullptr);
+void run(const hyflow::cuda::kernels::ScoresForward& a, int threads) {
+  hyflow::cuda::kernels::device::scores_forward(a, nullptr, threads);
   check(cudaDeviceSynchronize(), "scores_forward");
 }
-void run(const hyflow::cuda::kernels::ScoresBackward& a) {
-  hyflow::cuda::kernels::device::scores_backward(a, nullptr);
+void run(const hyflow::cuda::kernels::ScoresBackward& a, int threads) {
+  hyflow::cuda::kernels::device::scores_backward(a, nullptr, threads);
   check(cudaDeviceSynchronize(), "scores_backward");
 }
-void run(const hyflow::cuda::kernels::SampleArgs& a) {
-  hyflow::cuda::kernels::device::sample(a, nullptr);
+void run(const hyflow::cuda::kernels::SampleArgs& a, int threads) {
+  hyflow::cuda::kernels::device::sample(a, nullptr, threads);
   check(cudaDeviceSynchronize(), "sample");
+}
+void run(const hyflow::cuda::kernels::PrimitiveArgs& a) {
+  hyflow::cuda::kernels::device::primitives(a, nullptr);
+  check(cudaDeviceSynchronize(), "primitives");
 }
 
 }  // namespace kernel_test

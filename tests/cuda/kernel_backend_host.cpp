@@ -27,14 +27,17 @@ void copy_to_backend(void* dst, const void* src, std::size_t bytes) {
 void copy_from_backend(void* dst, const void* src, std::size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
-void run(const hyflow::cuda::kernels::ScoresForward& a) {
-  hyflow::cuda::kernels::host::scores_forward(a);
+void run(const hyflow::cuda::kernels::ScoresForward& a, int threads) {
+  hyflow::cuda::kernels::host::scores_forward(a, threads);
 }
-void run(const hyflow::cuda::kernels::ScoresBackward& a) {
-  hyflow::cuda::kernels::host::scores_backward(a);
+void run(const hyflow::cuda::kernels::ScoresBackward& a, int threads) {
+  hyflow::cuda::kernels::host::scores_backward(a, threads);
 }
-void run(const hyflow::cuda::kernels::SampleArgs& a) {
-  hyflow::cuda::kernels::host::sample(a);
+void run(const hyflow::cuda::kernels::SampleArgs& a, int threads) {
+  hyflow::cuda::kernels::host::sample(a, threads);
+}
+void run(const hyflow::cuda::kernels::PrimitiveArgs& a) {
+  hyflow::cuda::kernels::host::primitives(a);
 }
 
 }  // namespace kernel_test

@@ -3,7 +3,6 @@
 // build, run where a device exists, reported as skipped elsewhere): kernel_backend.hpp.
 
 #include "kernel_backend.hpp"
-#include "kernels/common.cuh"
 
 #include <hyflow/cuda/kernels.hpp>
 #include <hyflow/cuda/sampling.hpp>
@@ -16,6 +15,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 
 using namespace hyflow::cuda;
 using kernel_test::Buffer;
@@ -166,35 +166,50 @@ double chi2_critical(int df) {
 
 }  // namespace
 
-TEST_CASE("Philox4x32-10 reproduces the Random123 known-answer vectors") {
-  namespace kd = kernels::detail;
-  auto zero = kd::philox4x32_10(kd::Philox4{{0, 0, 0, 0}}, 0, 0);
-  CHECK(zero.v[0] == 0x6627e8d5u);
-  CHECK(zero.v[1] == 0xe169c58du);
-  CHECK(zero.v[2] == 0xbc57ac4cu);
-  CHECK(zero.v[3] == 0x9b00dbd8u);
-  auto ones = kd::philox4x32_10(kd::Philox4{{~0u, ~0u, ~0u, ~0u}}, ~0u, ~0u);
-  CHECK(ones.v[0] == 0x408f276du);
-  CHECK(ones.v[1] == 0x41c83b0eu);
-  CHECK(ones.v[2] == 0xa20bc7c6u);
-  CHECK(ones.v[3] == 0x6d5451fdu);
+TEST_CASE("Philox4x32-10 on the backend reproduces the Random123 known-answer vectors") {
+  // The expectations are the published vectors, not this project's code: on the device backend
+  // the device computes them.
+  INFO("backend " << kernel_test::backend_name());
+  Buffer<uint32_t> in(std::vector<uint32_t>{0, 0, 0, 0, 0, 0, ~0u, ~0u, ~0u, ~0u, ~0u, ~0u});
+  Buffer<uint32_t> out(8);
+  kernels::PrimitiveArgs a;
+  a.n = 2;
+  a.philox_in = in.get();
+  a.philox_out = out.get();
+  kernel_test::run(a);
+  CHECK(out.read() == std::vector<uint32_t>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u, 0x408f276du,
+                                            0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
 }
 
-TEST_CASE("16-bit conversions round to nearest even like ATen") {
-  namespace kd = kernels::detail;
+TEST_CASE("16-bit conversions on the backend round to nearest even like ATen") {
+  INFO("backend " << kernel_test::backend_name());
   auto x = torch::randn({4096}, seeded(40)) * 1000;
   x.index_put_({torch::indexing::Slice(0, 4)}, torch::tensor({65519.f, 65520.f, 1e-6f, -3e-8f}));
-  auto bf = x.to(at::kBFloat16), hf = x.to(at::kHalf);
+  const auto n = static_cast<size_t>(x.numel());
+  Buffer<float> values(std::vector<float>(x.data_ptr<float>(), x.data_ptr<float>() + n));
+  Buffer<uint16_t> bf(n), hf(n);
+  Buffer<float> bf_back(n), hf_back(n);
+  kernels::PrimitiveArgs a;
+  a.n = x.numel();
+  a.values = values.get();
+  a.bf16 = bf.get();
+  a.f16 = hf.get();
+  a.bf16_back = bf_back.get();
+  a.f16_back = hf_back.get();
+  kernel_test::run(a);
+  // ATen's conversions are the expectations
+  auto want_bf = x.to(at::kBFloat16), want_hf = x.to(at::kHalf);
+  const auto got_bf = bf.read(), got_hf = hf.read();
+  const auto got_bf_back = bf_back.read(), got_hf_back = hf_back.read();
   int bad = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const float v = x[i].item<float>();
+  for (size_t i = 0; i < n; ++i) {
     uint16_t b, h;
-    std::memcpy(&b, static_cast<char*>(bf.data_ptr()) + 2 * i, 2);
-    std::memcpy(&h, static_cast<char*>(hf.data_ptr()) + 2 * i, 2);
-    bad += kd::float_to_bf16(v) != b;
-    bad += kd::float_to_f16(v) != h;
-    bad += kd::f16_to_float(h) != hf[i].item<float>();
-    bad += kd::bf16_to_float(b) != bf[i].item<float>();
+    std::memcpy(&b, static_cast<char*>(want_bf.data_ptr()) + 2 * i, 2);
+    std::memcpy(&h, static_cast<char*>(want_hf.data_ptr()) + 2 * i, 2);
+    bad += got_bf[i] != b;
+    bad += got_hf[i] != h;
+    bad += got_bf_back[i] != want_bf[static_cast<int64_t>(i)].item<float>();
+    bad += got_hf_back[i] != want_hf[static_cast<int64_t>(i)].item<float>();
   }
   CHECK(bad == 0);
 }
@@ -384,8 +399,10 @@ TEST_CASE("-inf tokens are never drawn") {
 
 TEST_CASE("kernel tokens equal the reference's: same filters, same Philox race") {
   for (DType dtype : {DType::f32, DType::bf16}) {
+    // top_k 50 and 200: the candidates in shared memory; 1500: more than fit, the full passes
     for (Draw d : {Draw{}, Draw{.temperature = 0.8f, .top_k = 50}, Draw{.top_p = 0.9f},
-                   Draw{.temperature = 1.2f, .top_k = 200, .top_p = 0.7f, .min_p = 0.02f}}) {
+                   Draw{.temperature = 1.2f, .top_k = 200, .top_p = 0.7f, .min_p = 0.02f},
+                   Draw{.top_k = 1500, .top_p = 0.8f}, Draw{.top_k = 1500, .min_p = 0.01f}}) {
       d.seed = 1234;
       d.step = 17;
       Logits x(torch::randn({64, 3001}, seeded(20)) * 2.5, dtype);
@@ -414,24 +431,111 @@ TEST_CASE("a row's token depends on (seed, row id, step), not on its batch") {
   CHECK(sample_rows(Logits(batch * 0.1), next) != sample_rows(Logits(batch * 0.1), d));
 }
 
-TEST_CASE("the host driver gives the same results at every block size") {
-  if (std::string(kernel_test::backend_name()) != "host") return;  // a host-driver property
+TEST_CASE("the kernels give the same results at every block size, and refuse one that is not a power of two") {
+  INFO("backend " << kernel_test::backend_name());
   Logits x(torch::randn({6, 1001}, seeded(22)) * 3);
   auto labels = random_labels(6, 1001, 23);
-  auto bytes = x.bytes();
-  std::vector<float> base(6), other(6);
-  kernels::ScoresForward a;
-  a.logits = bytes.data();
-  a.rows = 6;
-  a.vocab = 1001;
-  a.row_stride = 1001;
-  a.labels = labels.data();
-  a.log_probs = base.data();
-  kernels::host::scores_forward(a, 256);
-  a.log_probs = other.data();
+  Buffer<unsigned char> logits(x.bytes());
+  Buffer<int64_t> label_buf(labels);
+  Buffer<float> lp(6);
+  auto a = x.args<kernels::ScoresForward>(logits.get());
+  a.labels = label_buf.get();
+  a.log_probs = lp.get();
+  kernel_test::run(a, 256);
+  const auto base = lp.read();
+  Buffer<int64_t> tokens(6);
+  auto s = x.args<kernels::SampleArgs>(logits.get());
+  s.top_p_all = 0.9f;
+  s.top_k_all = 100;
+  s.seed = 4;
+  s.tokens = tokens.get();
+  kernel_test::run(s, 256);
+  const auto base_tokens = tokens.read();
   for (int threads : {1, 32, 1024}) {
-    kernels::host::scores_forward(a, threads);
+    INFO("block threads " << threads);
+    kernel_test::run(a, threads);
+    const auto other = lp.read();
     for (size_t r = 0; r < 6; ++r) CHECK(other[r] == Approx(base[r]).epsilon(1e-5));
+    kernel_test::run(s, threads);
+    CHECK(tokens.read() == base_tokens);
   }
-  CHECK_THROWS_WITH(kernels::host::scores_forward(a, 3), Catch::Contains("power of two"));
+  CHECK_THROWS_WITH(kernel_test::run(a, 3), Catch::Contains("power of two"));
+}
+
+TEST_CASE("results do not depend on where a row starts (16-byte vectors or element loads)") {
+  // On the device an aligned row is read in 16-byte vectors and a misaligned one element by
+  // element, in the same order: the results must be equal bit for bit.
+  INFO("backend " << kernel_test::backend_name());
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Logits x(torch::randn({5, 4096 + 24}, seeded(30)) * 3, dtype);  // a whole number of vectors, and a tail
+    auto labels = random_labels(5, x.vocab(), 31);
+    const auto bytes = x.bytes();
+    const size_t width = dtype == DType::f32 ? 4 : 2;
+    std::vector<unsigned char> shifted(width);  // one element before the rows: no row is 16-byte aligned
+    shifted.insert(shifted.end(), bytes.begin(), bytes.end());
+    Buffer<unsigned char> aligned_buf(bytes), shifted_buf(shifted);
+    Buffer<int64_t> label_buf(labels);
+    auto run_both = [&](const void* logits) {
+      Buffer<float> lp(5), ent(5);
+      Buffer<int64_t> tokens(5);
+      auto f = x.args<kernels::ScoresForward>(logits);
+      f.labels = label_buf.get();
+      f.log_probs = lp.get();
+      f.entropy = ent.get();
+      kernel_test::run(f);
+      auto s = x.args<kernels::SampleArgs>(logits);
+      s.top_k_all = 40;
+      s.top_p_all = 0.9f;
+      s.seed = 8;
+      s.tokens = tokens.get();
+      kernel_test::run(s);
+      return std::make_tuple(lp.read(), ent.read(), tokens.read());
+    };
+    const auto a = run_both(aligned_buf.get());
+    const auto b = run_both(static_cast<const unsigned char*>(shifted_buf.get()) + width);
+    CHECK(std::get<0>(a) == std::get<0>(b));
+    CHECK(std::get<1>(a) == std::get<1>(b));
+    CHECK(std::get<2>(a) == std::get<2>(b));
+  }
+}
+
+TEST_CASE("the backward over several blocks per row equals one block, bit for bit") {
+  // The device splits a row over several blocks at small batch; the host driver can be asked to.
+  Logits x(torch::randn({3, 20000 + 5}, seeded(32)) * 2, DType::bf16);
+  auto labels = random_labels(3, x.vocab(), 33);
+  labels[1] = 19999;  // in the last segment
+  const auto bytes = x.bytes();
+  std::vector<float> g_lp{1.0f, -0.5f, 0.25f}, g_ent{0.1f, 0.3f, -0.2f};
+  auto s = forward(x, labels);
+  auto grad_with = [&](int segments) {
+    std::vector<unsigned char> out(bytes.size());
+    kernels::ScoresBackward a = x.args<kernels::ScoresBackward>(bytes.data());
+    a.labels = labels.data();
+    a.grad_log_probs = g_lp.data();
+    a.grad_entropy = g_ent.data();
+    a.lse = s.lse.data();
+    a.mean_z = s.mean.data();
+    a.grad_logits = out.data();
+    kernels::host::scores_backward(a, 256, segments);
+    return out;
+  };
+  const auto one = grad_with(1);
+  CHECK(grad_with(3) == one);
+  CHECK(grad_with(7) == one);
+  CHECK_THROWS_WITH(grad_with(0), Catch::Contains("segments must be >= 1"));
+}
+
+TEST_CASE("the fused backward at a vocabulary the device splits over several blocks equals autograd") {
+  INFO("backend " << kernel_test::backend_name());
+  Logits x(torch::randn({2, 151936}, seeded(34)) * 3, DType::bf16);  // Qwen2's vocabulary, 2 rows
+  auto labels = random_labels(2, x.vocab(), 35);
+  std::vector<float> g_lp{1.0f, -0.7f}, g_ent{0.2f, 0.5f};
+  auto got = backward(x, labels, g_lp, g_ent);
+  auto leaf = x.values().to(at::kDouble).requires_grad_();
+  auto logp = leaf.log_softmax(-1);
+  auto p = logp.exp();
+  auto lp = logp.gather(-1, torch::tensor(labels, at::kLong).unsqueeze(-1)).squeeze(-1);
+  auto ent = -(p * logp.masked_fill(p == 0, 0)).sum(-1);
+  ((lp * tensor_of(g_lp).to(at::kDouble)).sum() + (ent * tensor_of(g_ent).to(at::kDouble)).sum()).backward();
+  CHECK(torch::allclose(got.to(at::kDouble), leaf.grad(), 1e-2, 1e-4));
 }

@@ -22,6 +22,26 @@ TEST_CASE("CPU tensors use the reference unless the kernel is asked for") {
   CHECK_FALSE(uses_kernels(Impl::reference, at::Device(at::kCPU)));
 }
 
+TEST_CASE("a tensor the kernels cannot read is an error naming the op, never a silent host copy") {
+  // A CPU LibTorch has no CUDA tensors; a meta tensor stands for any tensor off the host that
+  // this build has no kernels for (a CUDA tensor when HYFLOW_TORCH_CUDA is 0).
+  auto logits = at::zeros({2, 16}, at::TensorOptions().device(at::kMeta));
+  auto labels = at::zeros({2}, at::TensorOptions().device(at::kMeta).dtype(at::kLong));
+  SamplingOptions o;
+  auto by_device = [&] { return sample_seeded(logits, o, 1, 0); };
+  auto reference = [&] { return sample_seeded_unchecked(logits, o, 1, 0, {}, {}, Impl::reference); };
+  auto kernel = [&] { return sample_seeded(logits, o, 1, 0, {}, {}, Impl::kernel); };
+  auto scores = [&] { return log_probs_and_entropy(logits, labels, {.impl = Impl::kernel}); };
+  CHECK_THROWS_AS(by_device(), hyflow::ValueError);
+  CHECK_THROWS_WITH(by_device(), Catch::Contains("sample_seeded: logits on meta would be copied to the host"));
+  CHECK_THROWS_AS(reference(), hyflow::ValueError);
+  CHECK_THROWS_WITH(reference(), Catch::Contains("Impl::reference takes CPU logits"));
+  CHECK_THROWS_AS(kernel(), hyflow::ValueError);
+  CHECK_THROWS_WITH(kernel(), Catch::Contains("sample_seeded: a tensor on meta cannot run the token kernels"));
+  CHECK_THROWS_AS(scores(), hyflow::ValueError);
+  CHECK_THROWS_WITH(scores(), Catch::Contains("log_probs_and_entropy: a tensor on meta cannot run the token kernels"));
+}
+
 TEST_CASE("log_probs_and_entropy: kernel and reference agree on values and gradients") {
   auto base = torch::randn({2, 3, 1030}, seeded(1)) * 3;
   auto labels = torch::randint(1030, {2, 3}, seeded(2));

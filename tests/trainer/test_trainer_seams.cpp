@@ -156,6 +156,34 @@ TEST_CASE("pools on one process get disjoint GPUs, colocated roles share theirs 
   CHECK(devices(placement, "actor") == std::vector<std::string>{"cpu", "cpu"});
 }
 
+TEST_CASE("nccl_timeout: the actor's is its worker group's, the reward model's copy, and the critic's must match") {
+  TempDir dir("seams_nccl_timeout");
+  const PPOConfig cfg = read_ppo_config(with({"--actor_rollout_ref.nccl_timeout=1200"}, dir.path));
+  const auto roles = ppo_roles(cfg, /*total_steps=*/2);
+  auto role = [&](const std::string& name) {
+    for (const auto& r : roles)
+      if (r.name == name) return r.init_args.at("config");
+    FAIL("no role " << name);
+    return Json();
+  };
+  CHECK(workers::parse_actor_rollout_ref_config(role("actor_rollout_ref")).nccl_timeout == 1200);
+  CHECK(role("rm").at("nccl_timeout") == 1200);  // the reward model is off here: its subtree is not parsed
+  CHECK(workers::parse_actor_rollout_ref_config(role("rollout")).nccl_timeout == 1200);
+  CHECK(workers::ActorRolloutRefConfig{}.nccl_timeout == 600);  // verl's default
+  // the critic shares the actor's workers: a different value is refused when the config is read
+  CHECK_THROWS_WITH(
+      read_ppo_config(
+          with({"--algorithm.adv_estimator=gae", "--actor_rollout_ref.nccl_timeout=1200", "--critic.nccl_timeout=900"},
+               dir.path)),
+      Catch::Contains("'critic.nccl_timeout' is 900 s") && Catch::Contains("'actor_rollout_ref.nccl_timeout' 1200 s"));
+  const PPOConfig gae = read_ppo_config(
+      with({"--algorithm.adv_estimator=gae", "--actor_rollout_ref.nccl_timeout=900", "--critic.nccl_timeout=900"},
+           dir.path));
+  CHECK(workers::parse_critic_config(ppo_roles(gae, 2).at(1).init_args.at("config")).nccl_timeout == 900);
+  CHECK_THROWS_WITH(read_ppo_config(with({"--actor_rollout_ref.nccl_timeout=0"}, dir.path)),
+                    Catch::Contains("actor_rollout_ref.nccl_timeout") && Catch::Contains(">= 1"));
+}
+
 TEST_CASE("a trainer loop of its own (best-of-n rejection sampling) on the public pieces, without ppo_trainer.cpp") {
   TempDir dir("seams_loop");
   const Config config = with({"--trainer.logger=['jsonl']", "--actor_rollout_ref.actor.use_kl_loss=false"}, dir.path);

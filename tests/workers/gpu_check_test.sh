@@ -41,6 +41,8 @@ assert d["gpu_check"] == "failed", d
 assert d["gpu"] == "Fake H200" and d["driver"] == "999.99" and d["memory_total_mib"] == 143771, d
 assert d["checks"]["ctest_gpu"] == "failed", d            # a skipped gpu test fails on a device
 assert "test_workers_gpu" in d["skipped_on_device"], d
+assert d["checks"]["worker_rollout_sampling"] == "failed", d  # skipped on a device is a failure
+assert d["checks"]["adapter_side_stream"] == "missing", d     # built only against a CUDA LibTorch
 assert d["checks"]["memcheck"] == "missing" and d["checks"]["racecheck"] == "missing", d  # no CUDA build
 if d["checks"]["kernels_bench"] != "missing":         # built unless -DHYFLOW_BUILD_BENCH=OFF
     assert d["checks"]["kernels_bench"] == "failed", d   # the CPU build's bench skips its device case

@@ -86,6 +86,30 @@ TEST_CASE("a worker on cuda:k gets an nccl group on device k (with a gloo side f
   CHECK(gloo.device == -1);
 }
 
+TEST_CASE("nccl_timeout is the worker group's collective timeout; the roles of a worker must agree on it") {
+  const WorkerEnv env{.rank = 0, .world_size = 2, .local_rank = 0, .master_port = 29500, .device = "cuda:1"};
+  CHECK(process_group_options(env, c10::Device("cuda:1"), true, std::chrono::seconds(1200)).collective_timeout ==
+        std::chrono::milliseconds(1200000));
+  CHECK(process_group_options(env, c10::Device(c10::kCPU), true).collective_timeout == std::chrono::seconds(600));
+
+  // The group is made once per worker host, by the first role, with that role's timeout.
+  actors::WorkerHost host;
+  std::vector<std::chrono::seconds> made;
+  auto make = [&](const GroupTimeout& t) {
+    made.push_back(t.seconds);
+    return std::shared_ptr<parallel::ProcessGroup>();
+  };
+  const GroupTimeout actor{std::chrono::seconds(1200), "actor_rollout_ref.nccl_timeout"};
+  (void)host_group(host, actor, make);
+  (void)host_group(host, {std::chrono::seconds(1200), "critic.nccl_timeout"}, make);  // equal: shares it
+  CHECK(made == std::vector<std::chrono::seconds>{std::chrono::seconds(1200)});
+  CHECK_THROWS_AS(host_group(host, {std::chrono::seconds(600), "critic.nccl_timeout"}, make), ValueError);
+  CHECK_THROWS_WITH(host_group(host, {std::chrono::seconds(600), "critic.nccl_timeout"}, make),
+                    Catch::Contains("'critic.nccl_timeout' is 600 s") &&
+                        Catch::Contains("'actor_rollout_ref.nccl_timeout' = 1200 s"));
+  CHECK(made.size() == 1);
+}
+
 TEST_CASE("a separate rollout pool's workers get NCCL groups on their own GPUs, not on their local ranks") {
   GpuAllocator gpus({{.name = "this process", .gpus = 4}});
   ResourcePool global({2}, 10, 4, true), rollout({2}, 10, 4, true);

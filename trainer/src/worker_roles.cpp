@@ -2,6 +2,7 @@
 // own parsers as the controller-side checks.
 #include <hyflow/trainer/worker_roles.hpp>
 
+#include <hyflow/core/error.hpp>
 #include <hyflow/trainer/ppo_config.hpp>
 #include <hyflow/workers/config.hpp>
 
@@ -42,6 +43,18 @@ std::vector<RoleSpec> ppo_roles(const PPOConfig& c, int64_t total_steps) {
 
   Json rmc = c.reward_model;  // the worker's keys of the section (the reward manager keys are the trainer's)
   for (const char* trainer_key : {"enable", "reward_manager", "overlong_buffer"}) rmc.erase(trainer_key);
+  // One process group per worker, shared by its roles, so one NCCL timeout: the actor's. The
+  // reward model has no key of its own (verl's neither); the critic's must be equal.
+  const auto arr_config = workers::parse_actor_rollout_ref_config(arr);
+  rmc["nccl_timeout"] = arr_config.nccl_timeout;
+  if (c.use_critic()) {
+    const auto critic_timeout = workers::parse_critic_config(cr).nccl_timeout;
+    if (critic_timeout != arr_config.nccl_timeout)
+      throw ValueError("config key 'critic.nccl_timeout' is " + std::to_string(critic_timeout) +
+                       " s and 'actor_rollout_ref.nccl_timeout' " + std::to_string(arr_config.nccl_timeout) +
+                       " s: the critic shares the actor's workers and their process group (one NCCL timeout); set "
+                       "them equal");
+  }
   roles.push_back({.name = "rm",
                    .worker_type = "RewardModelWorker",
                    .init_args = {{"config", rmc}},

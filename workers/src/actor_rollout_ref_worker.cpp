@@ -67,7 +67,8 @@ void ActorRolloutRefWorker::init_model() {
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
-  group_ = detail::process_group_of(*this);
+  group_ =
+      detail::process_group_of(*this, {std::chrono::seconds(config_.nccl_timeout), "actor_rollout_ref.nccl_timeout"});
   if (policy_) parallel::broadcast_parameters(policy_->parameters(), group_.get());
   if (ref_) parallel::broadcast_parameters(ref_->parameters(), group_.get());
   if (has_actor(role_)) {

@@ -442,7 +442,11 @@ void read_actor_rollout_ref(Section s, ActorRolloutRefConfig& c) {
               "rollout_n"});
     r.finish();
   }
-  s.ignore({"hybrid_engine", "nccl_timeout", "_target_"});
+  s.read("nccl_timeout", c.nccl_timeout,
+         {.help = "seconds a collective of the worker's NCCL group may run before it is aborted (the roles of a "
+                  "worker share the group: critic.nccl_timeout must be equal)",
+          .minimum = 1});
+  s.ignore({"hybrid_engine", "_target_"});
   s.finish();
 }
 
@@ -471,10 +475,14 @@ void read_critic(Section s, CriticConfig& c) {
   s.read("loss_agg_mode", c.loss_agg_mode, {.help = "loss aggregation (null: the actor's)", .null_default = true});
   s.read("grad_clip", c.grad_clip, {.help = "gradient norm clip"});
   s.read("rollout_n", c.rollout_n, {.set_by_trainer = true});  // actor_rollout_ref.rollout.n
+  s.read("nccl_timeout", c.nccl_timeout,
+         {.help = "seconds a collective of the worker's NCCL group may run (must equal "
+                  "actor_rollout_ref.nccl_timeout: the critic shares the actor's worker and group)",
+          .minimum = 1});
   check_sp(s);
   read_checkpoint(s.sub("checkpoint"), c.checkpoint);
   s.ignore({"shuffle", "data_loader_seed", "enable", "ppo_micro_batch_size", "forward_micro_batch_size", "profiler",
-            "use_torch_compile", "_target_", "megatron", "load_weight", "nccl_timeout", "engine", "loss_scale_factor"});
+            "use_torch_compile", "_target_", "megatron", "load_weight", "engine", "loss_scale_factor"});
   s.finish();
   if (s.describing()) return;
   check_positive(c.ppo_mini_batch_size, s.key_path("ppo_mini_batch_size"));
@@ -492,6 +500,7 @@ void read_critic(Section s, CriticConfig& c) {
 void read_reward_model(Section s, RewardModelConfig& c) {
   read_model(s.sub("model"), c.model, "reward model directory");
   read_forward(s, c.forward, "micro_batch_size_per_gpu", "use_dynamic_bsz", "forward_max_token_len_per_gpu", nullptr);
+  s.read("nccl_timeout", c.nccl_timeout, {.minimum = 1, .set_by_trainer = true});  // actor_rollout_ref.nccl_timeout
   check_sp(s);
   s.ignore({"enable", "enable_resource_pool", "n_gpus_per_node", "nnodes", "strategy", "micro_batch_size", "max_length",
             "reward_manager", "launch_reward_fn_async", "sandbox_fusion", "use_reward_loop", "reward_kwargs",

@@ -45,7 +45,7 @@ void CriticWorker::init_model() {
   model_ = models::load_value_model(config_.model.path);
   model_->to(device_);
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
-  group_ = detail::process_group_of(*this);
+  group_ = detail::process_group_of(*this, {std::chrono::seconds(config_.nccl_timeout), "critic.nccl_timeout"});
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
   fsdp_ = detail::shard_model(*model_, group_, config_.fsdp, "critic", "critic.model.fsdp_config");
   if (fsdp_)

@@ -29,7 +29,8 @@ void RewardModelWorker::init_model() {
   model_ = models::load_value_model(config_.model.path);
   model_->to(device_);
   model_->eval();
-  group_ = detail::process_group_of(*this);
+  group_ = detail::process_group_of(
+      *this, {std::chrono::seconds(config_.nccl_timeout), "actor_rollout_ref.nccl_timeout (the reward model's)"});
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh score head differs per rank
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
 }

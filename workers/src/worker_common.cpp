@@ -8,22 +8,39 @@
 
 namespace hyflow::workers::detail {
 
-parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const c10::Device& device, bool nccl) {
+parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const c10::Device& device, bool nccl,
+                                                    std::chrono::milliseconds collective_timeout) {
   const bool on_nccl = nccl && device.is_cuda();
   return {.rank = env.rank,
           .world_size = env.world_size,
           .master_addr = env.master_addr,
           .master_port = env.master_port,
           .backend = on_nccl ? parallel::Backend::nccl : parallel::Backend::gloo,
+          .collective_timeout = collective_timeout,
           .name = "hyflow.workers",
           .device = on_nccl ? (device.has_index() ? device.index() : 0) : -1};
 }
 
-std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker) {
+std::shared_ptr<parallel::ProcessGroup> host_group(
+    actors::WorkerHost& host, const GroupTimeout& timeout,
+    const std::function<std::shared_ptr<parallel::ProcessGroup>(const GroupTimeout&)>& make) {
+  auto held = host.get_or_create<HostGroup>([&] {
+    return std::make_shared<HostGroup>(HostGroup{make(timeout), timeout});
+  });
+  if (held->timeout.seconds != timeout.seconds) {
+    throw ValueError("config key '" + timeout.key + "' is " + std::to_string(timeout.seconds.count()) +
+                     " s, but this worker's process group was made with '" + held->timeout.key +
+                     "' = " + std::to_string(held->timeout.seconds.count()) +
+                     " s: the roles of one worker share its group and its NCCL timeout; set them equal");
+  }
+  return held->group;
+}
+
+std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker, const GroupTimeout& timeout) {
   if (worker.world_size() <= 1) return nullptr;
-  return worker.host().get_or_create<parallel::ProcessGroup>([&] {
-    return std::make_shared<parallel::ProcessGroup>(
-        process_group_options(worker.env(), resolve_device(worker.env().device), parallel::nccl_available()));
+  return host_group(worker.host(), timeout, [&](const GroupTimeout& t) {
+    return std::make_shared<parallel::ProcessGroup>(process_group_options(
+        worker.env(), resolve_device(worker.env().device), parallel::nccl_available(), t.seconds));
   });
 }
 

@@ -8,7 +8,9 @@
 
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,13 +21,35 @@ namespace hyflow::workers::detail {
 /// worker; for a worker on cuda:<k> in a build with NCCL (`nccl`), backend nccl with device k,
 /// the worker's own device, whose group also joins a gloo group for CPU tensors and control.
 /// A CUDA worker in a build without NCCL stays on gloo.
-parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const c10::Device& device, bool nccl);
+/// `collective_timeout`: the NCCL watchdog's (verl's nccl_timeout).
+parallel::ProcessGroupOptions process_group_options(
+    const WorkerEnv& env, const c10::Device& device, bool nccl,
+    std::chrono::milliseconds collective_timeout = std::chrono::seconds(600));
+
+/// The nccl_timeout a role asks of its worker's group, and the config key it comes from.
+struct GroupTimeout {
+  std::chrono::seconds seconds{600};
+  std::string key;  ///< e.g. "actor_rollout_ref.nccl_timeout"
+};
+
+/// The group a WorkerHost keeps for its roles, with the timeout it was created with.
+struct HostGroup {
+  std::shared_ptr<parallel::ProcessGroup> group;
+  GroupTimeout timeout;
+};
+
+/// The group of `host`, made by `make(timeout)` for the first role that asks; every later role
+/// must ask for the same timeout (ValueError naming both keys and values otherwise): the roles
+/// of one worker share one group, whose watchdog has one timeout.
+std::shared_ptr<parallel::ProcessGroup> host_group(
+    actors::WorkerHost& host, const GroupTimeout& timeout,
+    const std::function<std::shared_ptr<parallel::ProcessGroup>(const GroupTimeout&)>& make);
 
 /// The process group of `worker`'s worker group (process_group_options with the worker's
-/// device), owned by its WorkerHost: created on first use (a rendezvous: every rank must call
-/// it) and shared by every role hosted in the same worker, so colocated roles do not each bind
-/// the master port. Null for a world size of 1.
-std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker);
+/// device and `timeout`), owned by its WorkerHost: created on first use (a rendezvous: every
+/// rank must call it) and shared by every role hosted in the same worker, so colocated roles do
+/// not each bind the master port (host_group). Null for a world size of 1.
+std::shared_ptr<parallel::ProcessGroup> process_group_of(const Worker& worker, const GroupTimeout& timeout);
 
 /// KeyError "<method>: the batch lacks the tensor '<key>' (has: ...)" for the first missing key.
 void require_keys(const DataProto& data, const std::vector<std::string>& keys, const std::string& method);

@@ -12,6 +12,8 @@
 //   ex.single(f)          f() on thread 0 only
 //   ex.shared<T>(n)       n elements of block-shared memory (bump allocation, same on every thread)
 //   ex.atomic_add(p, v)   integer atomic add (host: plain add; integers make the order irrelevant)
+//   ex.fetch_add(p, v)    the same, returning the value before (slots handed out in any order:
+//                         only order-free results may depend on them)
 // Values that cross a barrier live in shared memory, never in locals, so the host driver, which
 // runs each phase for all threads before the next, computes what the device computes.
 
@@ -110,6 +112,58 @@ HYFLOW_HD float load(const void* base, Elem type, int64_t i) {
     default:
       return static_cast<const float*>(base)[i];
   }
+}
+
+/// Elements per 16-byte vector: 4 float32, 8 bf16 or f16.
+HYFLOW_HD int vec_elems(Elem type) {
+  return type == Elem::f32 ? 4 : 8;
+}
+
+#if defined(__CUDA_ARCH__)
+/// f(j0 + i, element i) for the elements of one 16-byte vector, in order (little-endian halves).
+template <class F>
+__device__ __forceinline__ void apply_vector(const uint4& v, Elem type, int64_t j0, F& f) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  if (type == Elem::f32) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f(j0 + i, __uint_as_float(words[i]));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const auto h = static_cast<uint16_t>(words[i >> 1] >> ((i & 1) * 16));
+      f(j0 + i, type == Elem::bf16 ? bf16_to_float(h) : f16_to_float(h));
+    }
+  }
+}
+#endif
+
+/// f(j, x) for the elements [0, n) of a row that thread t of `threads` owns, in the order every
+/// backend uses: 16-byte vectors c = t, t + threads, t + 2 threads, ... (vec_elems elements each,
+/// in order), then the elements past the last whole vector, j = whole + t, whole + t + threads,
+/// .... On the device a vector is one 16-byte load when `base` is 16-byte aligned, two vectors in
+/// flight at a time; otherwise, and in the host build, the same elements are loaded one by one.
+/// The values and their order are the same either way, so results do not depend on alignment.
+template <class F>
+HYFLOW_HD void for_row(int t, int threads, const void* base, Elem type, int64_t n, F&& f) {
+  const int w = vec_elems(type);
+  const int64_t vectors = n / w, step = threads;
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(base) & 15u) == 0) {
+    const uint4* v = static_cast<const uint4*>(base);
+    int64_t c = t;
+    for (; c + step < vectors; c += 2 * step) {
+      const uint4 first = v[c], second = v[c + step];  // both loads issued before either is used
+      apply_vector(first, type, c * w, f);
+      apply_vector(second, type, (c + step) * w, f);
+    }
+    if (c < vectors) apply_vector(v[c], type, c * w, f);
+  } else
+#endif
+  {
+    for (int64_t c = t; c < vectors; c += step)
+      for (int i = 0; i < w; ++i) f(c * w + i, load(base, type, c * w + i));
+  }
+  for (int64_t j = vectors * w + t; j < n; j += step) f(j, load(base, type, j));
 }
 
 HYFLOW_HD void store(void* base, Elem type, int64_t i, float v) {

@@ -21,13 +21,19 @@ bool available() {
 int device_count() {
   return 0;
 }
-void scores_forward(const ScoresForward&, void*) {
+double memory_bandwidth(int) {
+  return 0.0;
+}
+void scores_forward(const ScoresForward&, void*, int) {
   absent("scores_forward");
 }
-void scores_backward(const ScoresBackward&, void*) {
+void scores_backward(const ScoresBackward&, void*, int) {
   absent("scores_backward");
 }
-void sample(const SampleArgs&, void*) {
+void sample(const SampleArgs&, void*, int) {
   absent("sample");
+}
+void primitives(const PrimitiveArgs&, void*) {
+  absent("primitives");
 }
 }  // namespace hyflow::cuda::kernels::device

@@ -42,6 +42,12 @@ class HostExec {
   void atomic_add(T* p, T v) {
     *p += v;
   }
+  template <class T>
+  T fetch_add(T* p, T v) {
+    const T before = *p;
+    *p += v;
+    return before;
+  }
 
  private:
   int threads_;
@@ -75,14 +81,20 @@ void scores_forward(const ScoresForward& args, int block_threads) {
            [](HostExec& ex, const ScoresForward& a, int64_t row) { detail::scores_forward_row(ex, a, row); });
 }
 
-void scores_backward(const ScoresBackward& args, int block_threads) {
-  run_grid(args, block_threads, "scores_backward",
-           [](HostExec& ex, const ScoresBackward& a, int64_t row) { detail::scores_backward_row(ex, a, row); });
+void scores_backward(const ScoresBackward& args, int block_threads, int segments) {
+  if (segments < 1) throw ValueError("scores_backward: segments must be >= 1, got " + std::to_string(segments));
+  run_grid(args, block_threads, "scores_backward", [segments](HostExec& ex, const ScoresBackward& a, int64_t row) {
+    for (int s = 0; s < segments; ++s) detail::scores_backward_row(ex, a, row, s, segments);
+  });
 }
 
 void sample(const SampleArgs& args, int block_threads) {
   run_grid(args, block_threads, "sample",
            [](HostExec& ex, const SampleArgs& a, int64_t row) { detail::sample_row(ex, a, row); });
+}
+
+void primitives(const PrimitiveArgs& args) {
+  for (int64_t i = 0; i < args.n; ++i) detail::primitives_at(args, i);
 }
 
 }  // namespace host

@@ -1,6 +1,7 @@
 #pragma once
 // The token kernels on raw pointers: fused log-probs + entropy (forward and backward) and
-// per-row sampling. One block of threads per row; no softmax is ever materialized.
+// per-row sampling. One block of threads per row (the backward: several at small batch); rows
+// are read in 16-byte vectors; no softmax is ever materialized.
 //
 // Every kernel exists twice, from the same source (cuda/src/kernels/*.cuh):
 //   hyflow::cuda::kernels::host::*    the host build: a driver that runs the grid (rows) and
@@ -88,13 +89,31 @@ struct SampleArgs {
   int64_t* tokens = nullptr;       ///< (rows,) out
 };
 
+/// The arithmetic every kernel shares, run where the kernels run (a self-check, not a token op):
+/// Philox4x32-10 and the 16-bit conversions, element by element. A device test compares what
+/// the device computes against answers that do not come from this code (Random123's published
+/// vectors, ATen's conversions), so a fault of the device build cannot hide behind the host's.
+struct PrimitiveArgs {
+  int64_t n = 0;
+  const uint32_t* philox_in = nullptr;  ///< (n, 6): counter words 0..3, key words 0..1; nullptr: skip
+  uint32_t* philox_out = nullptr;       ///< (n, 4)
+  const float* values = nullptr;        ///< (n,); nullptr: skip the conversions
+  uint16_t* bf16 = nullptr;             ///< (n,): values rounded to bfloat16 (nearest even)
+  uint16_t* f16 = nullptr;              ///< (n,): values rounded to float16 (nearest even)
+  float* bf16_back = nullptr;           ///< (n,): bf16 widened back to float
+  float* f16_back = nullptr;            ///< (n,): f16 widened back to float
+};
+
 namespace host {
 /// Host build: runs on host pointers, rows one after another, each block's `block_threads`
 /// threads (a power of two, 1..1024) emulated phase by phase. Same arithmetic as the device
 /// at the same block size.
 void scores_forward(const ScoresForward& args, int block_threads = kDefaultBlockThreads);
-void scores_backward(const ScoresBackward& args, int block_threads = kDefaultBlockThreads);
+/// `segments`: blocks per row (the device picks them from its SM count at small batch); the
+/// gradient is elementwise, so the result is the same for any number.
+void scores_backward(const ScoresBackward& args, int block_threads = kDefaultBlockThreads, int segments = 1);
 void sample(const SampleArgs& args, int block_threads = kDefaultBlockThreads);
+void primitives(const PrimitiveArgs& args);
 }  // namespace host
 
 namespace device {
@@ -106,11 +125,18 @@ bool available();
 /// error (a driver older than the runtime, a broken install) is a hyflow::Error naming it: a GPU
 /// machine that cannot run the kernels must fail its tests, not skip them.
 int device_count();
+/// Peak DRAM (HBM) bandwidth of CUDA device `device` in bytes per second: its memory clock
+/// (cudaDevAttrMemoryClockRate, kHz) x 2 transfers per clock x its bus width
+/// (cudaDevAttrGlobalMemoryBusWidth) / 8, the roofline memory-bound kernels are measured against.
+/// 0 without the CUDA build. Throws hyflow::Error naming a failing CUDA call.
+double memory_bandwidth(int device);
 /// CUDA build only: enqueue on `stream` (a cudaStream_t) for device pointers; asynchronous.
-/// Throws hyflow::Error with the CUDA error string when the launch fails.
-void scores_forward(const ScoresForward& args, void* stream);
-void scores_backward(const ScoresBackward& args, void* stream);
-void sample(const SampleArgs& args, void* stream);
+/// Throws hyflow::Error with the CUDA error string when the launch fails. `block_threads`: a
+/// power of two in [1, 1024] (ValueError otherwise), the host build's parameter.
+void scores_forward(const ScoresForward& args, void* stream, int block_threads = kDefaultBlockThreads);
+void scores_backward(const ScoresBackward& args, void* stream, int block_threads = kDefaultBlockThreads);
+void sample(const SampleArgs& args, void* stream, int block_threads = kDefaultBlockThreads);
+void primitives(const PrimitiveArgs& args, void* stream);
 }  // namespace device
 
 }  // namespace hyflow::cuda::kernels

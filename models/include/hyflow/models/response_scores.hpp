@@ -3,6 +3,7 @@
 // score token t + 1, so responses of length R are scored by logits[:, -R-1:-1] after the
 // logits are divided by the rollout temperature.
 
+#include <hyflow/cuda/dispatch.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/models/llama.hpp>
 
@@ -13,7 +14,10 @@ namespace hyflow::models {
 struct ScoreOptions {
   double temperature = 1.0;
   bool with_entropy = false;
-  int64_t chunk_rows = 2048;  ///< rows per chunk of the float32 log-softmax / entropy
+  int64_t chunk_rows = 2048;  ///< rows per chunk of the float32 log-softmax / entropy (the reference)
+  /// Log-probs and entropy come from one cuda::log_probs_and_entropy call: the fused kernel for
+  /// CUDA logits (one read, one saved copy of the logits for both), the reference for CPU ones.
+  cuda::Impl impl = cuda::Impl::by_device;
 };
 
 /// log_probs (B, R) float32 and, when asked, entropy (B, R) float32.

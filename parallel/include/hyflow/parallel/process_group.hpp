@@ -16,6 +16,7 @@
 // a CPU tensor never reaches NCCL. A gloo group runs every collective on gloo.
 
 #include <hyflow/core/error.hpp>
+#include <hyflow/core/torch_compat.hpp>
 #include <hyflow/parallel/watchdog.hpp>
 
 #include <ATen/core/Tensor.h>
@@ -25,10 +26,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-namespace c10d {
-class ProcessGroup;
-}
 
 namespace hyflow::parallel {
 
@@ -135,8 +132,8 @@ class ProcessGroup {
   KeyValueStore& store();
 
   /// The c10d gloo group, for code that needs the full c10d API on CPU tensors (of an nccl
-  /// group: its CPU side).
-  c10d::ProcessGroup& native();
+  /// group: its CPU side): a c10d::ProcessGroup in LibTorch 1.13, a c10d::Backend in 2.x.
+  torch_compat::GlooBase& native();
 
  private:
   struct Impl;

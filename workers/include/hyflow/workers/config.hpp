@@ -121,6 +121,9 @@ struct ActorRolloutRefConfig {
   RolloutSection rollout;
   ForwardBatching ref;   ///< ref.log_prob_* (defaults: the actor's dynamic-bsz settings)
   FsdpSection ref_fsdp;  ///< ref.strategy, ref.fsdp_config
+  /// nccl_timeout: seconds one collective of the worker's NCCL group may run before the watchdog
+  /// aborts the group (verl's, 600). The group is shared by the roles colocated in a worker.
+  int64_t nccl_timeout = 600;
 };
 
 /// critic
@@ -139,12 +142,14 @@ struct CriticConfig {
   int64_t rollout_n = 1;  ///< ppo_mini_batch_size counts prompts: ×rollout_n
   FsdpSection fsdp;       ///< critic.strategy, critic.model.fsdp_config (verl's place for the critic)
   CheckpointSection checkpoint;
+  int64_t nccl_timeout = 600;  ///< seconds; must equal actor_rollout_ref.nccl_timeout (one group per worker)
 };
 
 /// reward_model
 struct RewardModelConfig {
   ModelSection model;
   ForwardBatching forward;  ///< micro_batch_size_per_gpu, use_dynamic_bsz, forward_max_token_len_per_gpu
+  int64_t nccl_timeout = 600;  ///< seconds; set by the trainer: actor_rollout_ref.nccl_timeout (verl has no key here)
 };
 
 /// The roles an ActorRolloutRefWorker may take.
