@@ -197,7 +197,8 @@ TEST_CASE(
   while (Clock::now() < end) {
     auto ref = plane.put(pattern(4096), true, job);
     try {
-      CHECK(DataPlane::fetch(ref, 5s, job) == pattern(4096));
+      const std::vector<char> got = DataPlane::fetch(ref, 5s, job);
+      CHECK(got == pattern(4096));
       ++fetched;
     } catch (const DataPlaneError& e) {
       failures.push_back(e.what());
