@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       "drop a peer silent for this long (0: never; needs heartbeats on both ends; must exceed the longest single "
       "message transfer)")(
       "threads", po::value<int>()->default_value(0), "CAF scheduler threads (0: CAF's default)")(
+      "max-message-mb", po::value<int>()->default_value(2048),
+      "largest CAF message a peer may send, in MiB (1..4096): a larger one closes its connection, logged")(
       "tls-cert", po::value<std::string>(),
       "mutual TLS: this node's certificate (PEM); needs --tls-key and --tls-ca as well")(
       "tls-key", po::value<std::string>(), "mutual TLS: the private key of --tls-cert (PEM, unencrypted)")(
@@ -77,6 +79,12 @@ int main(int argc, char** argv) {
   options.heartbeat_interval_ms = vm["heartbeat-ms"].as<int>();
   options.connection_timeout_ms = vm["connection-timeout-ms"].as<int>();
   options.scheduler_threads = vm["threads"].as<int>();
+  const int max_message_mb = vm["max-message-mb"].as<int>();
+  if (max_message_mb < 1 || max_message_mb > 4096) {
+    std::cerr << "caf-node: --max-message-mb " << max_message_mb << " is out of range (1..4096)\n";
+    return 2;
+  }
+  options.max_message_bytes = static_cast<uint64_t>(max_message_mb) << 20;
   if (options.port < 0 || options.port > 65535) {
     std::cerr << "caf-node: --port " << options.port << " is out of range\n";
     return 2;

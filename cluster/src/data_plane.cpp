@@ -81,7 +81,8 @@ bool token_bytes(const std::string& token, unsigned char* out) {
   return crypto::from_hex(token, out, kTokenBytes);
 }
 
-/// Sends one request; returns the connected socket for the reply.
+/// Sends one request; returns the connected socket for the reply. NetError when the connection
+/// or the send fails; DataPlaneError for a malformed id or token.
 Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout, const std::string& token) {
   const std::string what = describe(ref);
   unsigned char id[kIdBytes], tok[kTokenBytes];
@@ -98,12 +99,36 @@ Fd request(const ObjectRef& ref, uint8_t op, std::chrono::milliseconds timeout, 
   req[4] = static_cast<char>(op);
   std::memcpy(req + 5, id, kIdBytes);
   std::memcpy(req + 5 + kIdBytes, tok, kTokenBytes);
-  try {
-    net::write_all(fd.get(), req, sizeof req, {.each_wait = timeout});
-  } catch (const net::NetError& e) {
-    throw DataPlaneError(what + ": " + e.what());
-  }
+  net::write_all(fd.get(), req, sizeof req, {.each_wait = timeout});
   return fd;
+}
+
+/// Attempts of one request whose connection the holder closed or reset before answering.
+constexpr int kRequestAttempts = 32;
+
+/// Runs `exchange` (send a request, read the reply) until it succeeds or fails for a reason
+/// other than a connection the holder dropped unanswered. Only that case is repeated: the holder
+/// takes an object only while answering, so a request that got no byte back (a send the peer
+/// reset, or a reply that closed or reset at 0 bytes) was never served. A holder flooded with
+/// connections sheds unfinished ones (Impl::make_room); this request gets another turn after
+/// 10 ms, doubling up to 160 ms, within `timeout` in all and at most kRequestAttempts times.
+/// NetError of the last attempt becomes a DataPlaneError naming `what`.
+template <class F>
+auto with_retries(const std::string& what, std::chrono::milliseconds timeout, F&& exchange) {
+  const auto give_up = Clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(10);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return exchange();
+    } catch (const net::NetError& e) {
+      const bool unanswered = e.kind() == net::NetError::Kind::closed && e.transferred() == 0;
+      if (!unanswered || attempt == kRequestAttempts || Clock::now() + pause >= give_up)
+        throw DataPlaneError(what + ": " + e.what() +
+                             (attempt > 1 ? " (attempt " + std::to_string(attempt) + ")" : std::string()));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(160));
+  }
 }
 
 }  // namespace
@@ -341,16 +366,38 @@ struct DataPlane::Impl {
     ++active;
     lock.unlock();
     std::string req(p.req, kRequestBytes);
+    const int fd = p.fd.get();
     try {
-      std::thread([this, fd = p.fd.release(), req]() mutable {
+      std::thread([this, fd, req]() mutable {
         serve(Fd(fd), req);
         std::lock_guard lock(mutex);
         if (--active == 0) idle.notify_all();
       }).detach();
-    } catch (const std::system_error&) {  // no thread to be had: refuse this one
-      std::lock_guard relock(mutex);
-      if (--active == 0) idle.notify_all();
+      p.fd.release();  // the thread owns it
+    } catch (const std::system_error&) {  // no thread to be had: busy, as when all are taken
+      {
+        std::lock_guard relock(mutex);
+        ++stats.refused;
+        if (--active == 0) idle.notify_all();
+      }
+      refuse(std::move(p.fd), kStatusBusy);
     }
+  }
+
+  /// A flood (churn) filled the pending connections. Every complete request that has arrived is
+  /// served first: a request that authenticates with its token is never evicted to make room.
+  /// Then, if still full, the oldest eighth of the unfinished ones go (closed), so that the next
+  /// connections find room without another sweep.
+  void make_room() {
+    std::vector<Pending> still;
+    for (auto& q : pending)
+      if (!progress(q)) still.push_back(std::move(q));
+    pending.swap(still);
+    if (pending.size() < kMaxPending) return;
+    const size_t shed = kMaxPending / 8;
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(shed));
+    std::lock_guard lock(mutex);
+    stats.timed_out += shed;
   }
 
   /// Reads what `p` sent; true when it is finished with (dispatched or closed).
@@ -400,14 +447,11 @@ struct DataPlane::Impl {
       for (;;) {
         Fd c = net::accept_one(listener.get());
         if (!c) break;
-        if (pending.size() >= kMaxPending) {  // a flood: the oldest idle connection makes room
-          pending.erase(pending.begin());
-          std::lock_guard lock(mutex);
-          ++stats.timed_out;
-        }
         Pending p;
         p.fd = std::move(c);
         p.deadline = Clock::now() + options.request_timeout;
+        if (progress(p)) continue;  // the request came with the connection: served at once
+        if (pending.size() >= kMaxPending) make_room();
         pending.push_back(std::move(p));
       }
     }
@@ -614,27 +658,33 @@ std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::millisecon
 
 std::vector<char> DataPlane::fetch(const ObjectRef& ref, std::chrono::milliseconds timeout, const std::string& token) {
   const std::string what = describe(ref);
-  Fd fd = request(ref, kOpFetch, timeout, token);
-  // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
+  const net::Timeouts limits{.each_wait = timeout};
   std::vector<char> bytes;
-  try {
-    bytes = reserve_buffer(static_cast<size_t>(ref.size));
-    bytes.resize(static_cast<size_t>(ref.size));
-  } catch (const std::exception& e) {
-    throw DataPlaneError(what + ": cannot allocate " + std::to_string(ref.size) + " bytes: " + e.what());
-  }
-  char head[1 + 8];
-  try {
-    net::read_all(fd.get(), head, sizeof head, {.each_wait = timeout});
+  with_retries(what, timeout, [&] {
+    Fd fd = request(ref, kOpFetch, timeout, token);
+    // Prepare the buffer while the holder encodes and starts sending (page faults overlap).
+    if (bytes.size() != ref.size) {
+      try {
+        bytes = reserve_buffer(static_cast<size_t>(ref.size));
+        bytes.resize(static_cast<size_t>(ref.size));
+      } catch (const std::exception& e) {
+        throw DataPlaneError(what + ": cannot allocate " + std::to_string(ref.size) + " bytes: " + e.what());
+      }
+    }
+    char head[1 + 8];
+    net::read_all(fd.get(), head, sizeof head, limits);
     check_status(static_cast<uint8_t>(head[0]), what);
     const uint64_t size = get_u64(head + 1);
     if (size != ref.size)
       throw DataPlaneError(what + ": the holder announces " + std::to_string(size) + " bytes, the handle says " +
                            std::to_string(ref.size));
-    net::read_all(fd.get(), bytes.data(), bytes.size(), {.each_wait = timeout});
-  } catch (const net::NetError& e) {
-    throw DataPlaneError(what + ": " + e.what());
-  }
+    try {
+      net::read_all(fd.get(), bytes.data(), bytes.size(), limits);
+    } catch (const net::NetError& e) {
+      throw DataPlaneError(what + ": " + e.what());  // answered: never repeated
+    }
+    return 0;
+  });
   client_fetches.fetch_add(1);
   client_fetched_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
   return bytes;
@@ -653,10 +703,12 @@ bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout)
 
 bool DataPlane::discard(const ObjectRef& ref, std::chrono::milliseconds timeout, const std::string& token) noexcept {
   try {
-    Fd fd = request(ref, kOpDiscard, timeout, token);
-    char status = 0;
-    net::read_all(fd.get(), &status, 1, {.each_wait = timeout});
-    return static_cast<uint8_t>(status) == kStatusOk;
+    return with_retries(describe(ref), timeout, [&] {
+      Fd fd = request(ref, kOpDiscard, timeout, token);
+      char status = 0;
+      net::read_all(fd.get(), &status, 1, {.each_wait = timeout});
+      return static_cast<uint8_t>(status) == kStatusOk;
+    });
   } catch (...) {
     return false;
   }

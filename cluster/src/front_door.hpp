@@ -8,7 +8,8 @@
 // Handshake (every frame has a fixed size; integers big-endian):
 //   node   -> peer: "HFND" | u32 protocol version | u8 flags (1: secret required, 2: TLS) | 32-byte nonce N
 //   peer   -> node: "HFCT" | u32 protocol version | 32-byte nonce C | 32-byte proof P
-//   node   -> peer: u8 status (0 ok, 1 version mismatch, 2 wrong secret) | 32-byte proof Q
+//   node   -> peer: u8 status (0 ok, 1 version mismatch, 2 wrong secret, 3 door full: evicted,
+//                    4 handshake timed out) | 32-byte proof Q
 //   P = HMAC-SHA256(secret, "hyflow-node-client" | N | C), Q = HMAC-SHA256(secret, "hyflow-node-server" | C | N)
 // (P and Q are zero bytes when the node has no secret.) Q proves to the controller that the node
 // knows the secret too. After status 0 both sides speak BASP on the same TCP connection, inside
@@ -28,12 +29,19 @@ struct FrontDoorOptions {
   int port = 0;        ///< 0: a free port
   std::string secret;  ///< empty: every peer that speaks the handshake is admitted
   bool tls = false;    ///< announced in the greeting: CAF's connection will be TLS
-  /// A peer must complete the handshake within this time from its connect.
+  /// A peer must complete the whole handshake within this time from its connect, however
+  /// many bytes it trickles (status 4, then closed).
   std::chrono::milliseconds handshake_timeout{5000};
-  /// Connections still in the handshake at once, in all and from one IP address; more are
-  /// closed on accept (one flooding host cannot take every slot).
-  size_t max_pending = 32;
-  size_t max_pending_per_peer = 8;
+  /// Handshakes in progress at once, in all and from one IP address. A new connection is never
+  /// refused for want of room: it evicts the oldest unfinished handshake of its own address
+  /// when that address holds max_pending_per_peer, else, when all max_pending are taken, the
+  /// oldest of the address that holds the most (status 3, then closed). So a newcomer always
+  /// gets its turn, and a flooding address evicts its own connections before anyone else's.
+  size_t max_pending = 128;
+  size_t max_pending_per_peer = 32;
+  /// Log lines about peers (wrong secret, another version, evictions, timeouts): the first
+  /// per kind and address in each window, then a summary with the count (peer_log.hpp).
+  std::chrono::milliseconds log_window{10000};
 };
 
 struct FrontDoorStats {
@@ -42,10 +50,11 @@ struct FrontDoorStats {
   uint64_t refused = 0;        ///< wrong secret, wrong version or malformed hello
   uint64_t wrong_secret = 0;   ///< of those refused: a proof that does not match the shared secret
   uint64_t timed_out = 0;      ///< no complete hello within handshake_timeout
-  uint64_t over_capacity = 0;  ///< closed at once: max_pending (per peer) handshakes in progress
+  uint64_t evicted = 0;        ///< unfinished handshakes closed to make room for a newer connection
 };
 
 /// The listening socket and one thread that runs the handshakes (poll; non-blocking sockets).
+/// CAF's I/O thread, which serves the authenticated peers, never sees a handshake.
 class FrontDoor {
  public:
   /// Binds and starts; `admit` receives each authenticated socket (its owner from then on).
@@ -65,10 +74,13 @@ class FrontDoor {
 };
 
 /// The controller's side: connects to host:port, proves the secret and checks the node's proof,
-/// all within `timeout`. Returns the connected socket, ready for BASP. ClusterError naming
-/// "host:port" and the cause (refused connection, silent peer, not a caf-node, version
-/// mismatch, TLS on one side only, secret required but none given, wrong secret, node
-/// without the secret). `tls`: this controller will speak TLS after the handshake.
+/// all within `timeout`. Returns the connected socket, ready for BASP. A node whose door is full
+/// (it evicted this handshake, closed the connection before its greeting or during the
+/// handshake, or timed it out) is tried again, with backoff from 10 ms to 250 ms, until
+/// `timeout`. ClusterError naming "host:port" and the cause (refused connection, silent peer,
+/// door full, not a caf-node, version mismatch, TLS on one side only, secret required but none
+/// given, wrong secret, node without the secret). `tls`: this controller will speak TLS after
+/// the handshake.
 int front_door_connect(const std::string& host, int port, const std::string& secret, bool tls,
                        std::chrono::milliseconds timeout);
 

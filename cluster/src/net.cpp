@@ -60,6 +60,11 @@ bool wait_for(int fd, short events, int timeout_ms) {
   }
 }
 
+/// A send or receive that failed with `e`: the peer's doing (closed, reset) or another error.
+NetError::Kind closed_kind(int e) {
+  return e == ECONNRESET || e == EPIPE || e == ECONNABORTED ? NetError::Kind::closed : NetError::Kind::other;
+}
+
 std::string progress(size_t done, size_t n) { return std::to_string(done) + " of " + std::to_string(n) + " bytes"; }
 
 }  // namespace
@@ -202,10 +207,12 @@ void write_all(int fd, const void* data, size_t n, const Timeouts& timeouts) {
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (!wait_for(fd, POLLOUT, wait_ms(timeouts)))
         throw NetError("send timed out after " + std::to_string(timeouts.each_wait.count()) + " ms (" +
-                       progress(done, n) + " sent)");
+                           progress(done, n) + " sent)",
+                       NetError::Kind::timed_out, done);
       continue;
     }
-    throw NetError("send failed after " + progress(done, n) + ": " + errno_text(errno));
+    const int e = errno;
+    throw NetError("send failed after " + progress(done, n) + ": " + errno_text(e), closed_kind(e), done);
   }
 }
 
@@ -218,15 +225,19 @@ void read_all(int fd, void* data, size_t n, const Timeouts& timeouts) {
       done += static_cast<size_t>(k);
       continue;
     }
-    if (k == 0) throw NetError("short read: the peer closed the connection after " + progress(done, n));
+    if (k == 0)
+      throw NetError("short read: the peer closed the connection after " + progress(done, n), NetError::Kind::closed,
+                     done);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(fd, POLLIN, wait_ms(timeouts)))
         throw NetError("receive timed out after " + std::to_string(timeouts.each_wait.count()) + " ms (" +
-                       progress(done, n) + " received)");
+                           progress(done, n) + " received)",
+                       NetError::Kind::timed_out, done);
       continue;
     }
-    throw NetError("receive failed after " + progress(done, n) + ": " + errno_text(errno));
+    const int e = errno;
+    throw NetError("receive failed after " + progress(done, n) + ": " + errno_text(e), closed_kind(e), done);
   }
 }
 

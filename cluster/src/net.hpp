@@ -17,7 +17,20 @@ using Clock = std::chrono::steady_clock;
 /// A socket call failed, a peer went away or was too slow.
 class NetError : public Error {
  public:
-  using Error::Error;
+  enum class Kind {
+    other,      ///< resolving, binding, polling, or an error of this side
+    timed_out,  ///< the peer did not answer in time
+    closed,     ///< the peer closed or reset the connection (or refused it: nothing listens)
+  };
+  explicit NetError(const std::string& what, Kind kind = Kind::other, size_t transferred = 0)
+      : Error(what), kind_(kind), transferred_(transferred) {}
+  Kind kind() const { return kind_; }
+  /// Bytes of the failed transfer that did go through (0: none of this frame).
+  size_t transferred() const { return transferred_; }
+
+ private:
+  Kind kind_;
+  size_t transferred_;
 };
 
 /// A file descriptor closed on scope exit.

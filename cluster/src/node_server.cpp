@@ -179,6 +179,7 @@ void admit_to_basp(caf::actor_system& sys, const caf::actor& manager, uint16_t k
 }  // namespace
 
 NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
+  if (options.max_message_bytes == 0) throw ValueError("NodeOptions::max_message_bytes must be positive");
   actors::register_colocated_worker_type();  // WorkerDict bundles of the registered roles
   install_data_plane();              // large DataProtos of the hosted workers' results
   DataPlaneOptions plane;            // the data plane listens where the node does, unless told otherwise
@@ -191,12 +192,9 @@ NodeServer::NodeServer(NodeOptions options) : impl_(make_node_impl(options)) {
   // The front door owns the listening socket: a peer proves the secret before its connection
   // becomes a CAF connection (over TLS when the node has certificates).
   auto key = std::make_shared<std::atomic<uint16_t>>(0);
-  auto admit = [sys = &impl_->system, manager = impl_->manager, key, tls](int fd) {
+  auto admit = [sys = &impl_->system, manager = impl_->manager, key, tls, max = options.max_message_bytes](int fd) {
     try {
-      auto& mm = sys->middleman();
-      caf::io::scribe_ptr scribe =
-          tls ? detail::make_tls_scribe(*sys, fd, /*accepted=*/true) : mm.backend().new_scribe(fd);
-      admit_to_basp(*sys, manager, *key, std::move(scribe));
+      admit_to_basp(*sys, manager, *key, detail::make_basp_scribe(*sys, fd, /*accepted=*/true, tls, max));
     } catch (const std::exception& e) {
       cluster_log(std::string("front door: cannot hand a connection to CAF: ") + e.what());
     }

@@ -76,8 +76,7 @@ struct RemoteLauncher::Impl {
     // process's BASP broker.
     const int fd = detail::front_door_connect(host, port, options.secret, tls, options.connect_timeout);
     auto& mm = sys.middleman();
-    caf::io::scribe_ptr scribe =
-        tls ? detail::make_tls_scribe(sys, fd, /*accepted=*/false) : mm.backend().new_scribe(fd);
+    caf::io::scribe_ptr scribe = detail::make_basp_scribe(sys, fd, /*accepted=*/false, tls, options.max_message_bytes);
     auto broker = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
     self->request(broker, timeout, caf::connect_atom::value, std::move(scribe), static_cast<uint16_t>(port))
         .receive(on_handshake, [&](caf::error& e) {

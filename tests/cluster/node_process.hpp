@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -48,10 +49,21 @@ inline int closed_port() {
   return port;
 }
 
+/// How a NodeProcess runs besides its flags.
+struct NodeProcessOptions {
+  std::string stderr_file;           ///< the node's log goes to this file (empty: this process's stderr)
+  uint64_t address_space_limit = 0;  ///< the node's RLIMIT_AS in bytes, set by prlimit (0: none)
+};
+
 class NodeProcess {
  public:
-  explicit NodeProcess(std::vector<std::string> extra_args = {}) {
+  explicit NodeProcess(std::vector<std::string> extra_args = {}, const NodeProcessOptions& options = {}) {
     std::vector<std::string> args{CAF_NODE_PATH, "--port=0", "--bind=127.0.0.1", "--exit-with-parent"};
+    const char* program = CAF_NODE_PATH;
+    if (options.address_space_limit > 0) {  // prlimit sets the limit and execs the node (same pid)
+      program = "/usr/bin/prlimit";
+      args.insert(args.begin(), {program, "--as=" + std::to_string(options.address_space_limit), "--"});
+    }
     for (auto& a : extra_args) args.push_back(std::move(a));
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -62,14 +74,16 @@ class NodeProcess {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, out[0]);
+    if (!options.stderr_file.empty())
+      posix_spawn_file_actions_addopen(&fa, 2, options.stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     // The child must not inherit this process's sockets (CAF connections, other children's pipes).
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    int rc = posix_spawn(&pid_, CAF_NODE_PATH, &fa, nullptr, argv.data(), environ);
+    int rc = posix_spawn(&pid_, program, &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     if (rc != 0) {
       close(out[0]);
-      throw std::runtime_error("cannot start " CAF_NODE_PATH);
+      throw std::runtime_error(std::string("cannot start ") + program);
     }
     fd_ = out[0];
     // First line: "caf-node listening on 127.0.0.1:PORT"

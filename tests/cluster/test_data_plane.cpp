@@ -15,8 +15,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -150,6 +153,63 @@ TEST_CASE("300 idle connections to a data server do not keep a fetch from being 
   }
   CHECK(plane.stats().timed_out == 300);
   CHECK(plane.stats().fetched == 1);
+}
+
+TEST_CASE("churn on a data port fails no fetch: complete requests stay, one dropped unanswered is sent again") {
+  DataPlaneOptions o;
+  o.token = data_plane_token("cluster secret");
+  DataPlane plane(o);
+  const std::string job = job_data_plane_token(o.token, "job-churn");
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> churned{0};
+  std::vector<std::thread> churners;
+  for (int t = 0; t < 2; ++t)
+    churners.emplace_back([&] {
+      // Each keeps its last 200 connections open (the server's 256 slots stay full), some with
+      // a few bytes of a request that never completes, and drops the oldest for every new one.
+      std::deque<int> held;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(plane.port()));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      for (uint64_t i = 0; !stop; ++i) {
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+          ::close(fd);
+          std::this_thread::sleep_for(1ms);
+          continue;
+        }
+        if (i % 4 == 0) ::send(fd, "HFOB", 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+        held.push_back(fd);
+        ++churned;
+        if (held.size() > 200) {
+          ::close(held.front());
+          held.pop_front();
+        }
+      }
+      for (int fd : held) ::close(fd);
+    });
+  std::vector<std::string> failures;
+  int fetched = 0;
+  const auto end = Clock::now() + 3s;
+  while (Clock::now() < end) {
+    auto ref = plane.put(pattern(4096), true, job);
+    try {
+      const std::vector<char> got = DataPlane::fetch(ref, 5s, job);
+      CHECK(got == pattern(4096));
+      ++fetched;
+    } catch (const DataPlaneError& e) {
+      failures.push_back(e.what());
+      plane.release(ref.id);
+    }
+  }
+  stop = true;
+  for (auto& t : churners) t.join();
+  INFO(churned.load() << " connections churned, " << fetched << " fetched, " << failures.size() << " failed");
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+  CHECK(fetched >= 5);
+  CHECK(churned.load() > 3000);
 }
 
 TEST_CASE("a request without the cluster's data plane token is refused with a reply naming the holder and why") {

@@ -19,10 +19,13 @@
 // without a job needs the cluster token. A server with a token refuses, before any thread
 // serves it, a request whose token is neither the cluster's nor that of a job it has recently
 // stored objects for. An accepted connection costs the server no thread until its whole request (37 bytes) has
-// arrived; one that has not sent it within request_timeout is closed, and when 256 such
-// connections wait, the oldest is closed to make room.
+// arrived; one that has not sent it within request_timeout is closed. When 256 such
+// connections wait (churn), every request that has arrived is served first, then the oldest
+// eighth of the unfinished ones is closed to make room: a complete request is never evicted.
 // Every socket operation has a timeout (io_timeout); failures are DataPlaneError naming the
-// holder's address and the object id.
+// holder's address and the object id. A request whose connection the holder closed or reset
+// before answering (no byte of the reply) is sent again after 10 ms, doubling up to 160 ms,
+// within the request's timeout and at most 32 times.
 //
 // The WorkerGroup API does not change: install_data_plane() makes the data plane the runtime's
 // PayloadTransfer (hyflow/actors/payload_transfer.hpp), which swaps DataProtos for handles

@@ -34,6 +34,10 @@ struct NodeOptions {
   /// Mutual TLS: this node's certificate, its private key and the CA that signed the
   /// controllers' certificates (caf-node's --tls-cert, --tls-key, --tls-ca).
   TlsFiles tls;
+  /// The largest CAF (BASP) message a peer may send, even an authenticated one (caf-node
+  /// --max-message-mb): a header announcing more closes that connection with a logged error
+  /// instead of allocating it. Large DataProtos travel on the data plane, except over TLS.
+  uint64_t max_message_bytes = uint64_t{2} << 30;
 };
 
 /// A peer connected to the node's middleman (a controller) and how long it has been silent.

@@ -18,6 +18,7 @@
 #include <hyflow/cluster/tls.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct ClusterOptions {
   /// files from the actor system's configuration, so the Runtime must have been created with
   /// with_tls() and the same files; connect() checks that (ValueError otherwise).
   TlsFiles tls;
+  /// The largest CAF (BASP) message a node may send this controller: a larger one closes that
+  /// node's connection with a logged error instead of being allocated.
+  uint64_t max_message_bytes = uint64_t{2} << 30;
 };
 
 /// Places workers on caf-node processes. Each node holds a session for this controller; its
