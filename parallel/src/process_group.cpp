@@ -72,14 +72,22 @@ class C10dStore : public KeyValueStore {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
-/// c10d's view of the authenticated store (rendezvous_store.hpp), under gloo and PrefixStore.
-/// Rank 0's also owns the server, which thus lives as long as any (sub-)group uses the store,
-/// as c10d's TCPStore server did.
+/// c10d's view of the authenticated store (rendezvous_store.hpp), under gloo and PrefixStore:
+/// one connection. Rank 0's also holds the server, which thus lives as long as any (sub-)group
+/// uses the store, as c10d's TCPStore server did.
 class AuthenticatedStore : public c10d::Store {
  public:
-  AuthenticatedStore(std::shared_ptr<RendezvousClient> client, std::chrono::milliseconds timeout,
-                     std::unique_ptr<RendezvousServer> server = nullptr)
-      : c10d::Store(timeout), server_(std::move(server)), client_(std::move(client)) {}
+  AuthenticatedStore(RendezvousClientOptions options, std::chrono::milliseconds timeout,
+                     std::shared_ptr<RendezvousServer> server = nullptr)
+      : c10d::Store(timeout),
+        options_(options),
+        server_(std::move(server)),
+        client_(std::make_shared<RendezvousClient>(std::move(options))) {}
+  /// LibTorch 2.x's Store::clone (pure there, absent in 1.13): a connection of its own to the
+  /// same store.
+  virtual c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<AuthenticatedStore>(options_, timeout_, server_);
+  }
   void set(const std::string& key, const std::vector<uint8_t>& value) override { client_->set(key, value); }
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
@@ -105,7 +113,8 @@ class AuthenticatedStore : public c10d::Store {
   }
 
  private:
-  std::unique_ptr<RendezvousServer> server_;
+  RendezvousClientOptions options_;
+  std::shared_ptr<RendezvousServer> server_;
   std::shared_ptr<RendezvousClient> client_;
 };
 
@@ -322,7 +331,7 @@ struct ProcessGroup::Impl {
         std::clamp(options.peer_timeout / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
     // its own connection, whose operations give up within 2 s; the liveness thread bounds the
     // time a stopped store may block it by wall time (peer_liveness.cpp)
-    auto tcp = c10::make_intrusive<AuthenticatedStore>(connect_store(std::chrono::milliseconds(2000)),
+    auto tcp = c10::make_intrusive<AuthenticatedStore>(store_client(std::chrono::milliseconds(2000)),
                                                        std::chrono::milliseconds(2000));
     auto own = std::make_unique<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(options.name, tcp));
     // the verdict comes peer_timeout after the peer's last beat, which this rank saw up to a
@@ -338,9 +347,9 @@ struct ProcessGroup::Impl {
                               .nodes = nodes},
         std::move(own), [this](const std::string& why) { abort(why); });
   }
-  std::shared_ptr<RendezvousClient> connect_store(std::chrono::milliseconds timeout) const {
-    return std::make_shared<RendezvousClient>(RendezvousClientOptions{
-        .address = options.master_addr, .port = options.master_port, .token = options.store_token, .timeout = timeout});
+  RendezvousClientOptions store_client(std::chrono::milliseconds timeout) const {
+    return {
+        .address = options.master_addr, .port = options.master_port, .token = options.store_token, .timeout = timeout};
   }
   /// Every rank's node, published before the gloo rendezvous (which every rank has passed when
   /// this reads them), for the failures that name a dead rank's node.
@@ -411,12 +420,12 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
         "has gloo only (" +
         where(options) + ")");
   try {
-    std::unique_ptr<RendezvousServer> server;
+    std::shared_ptr<RendezvousServer> server;
     if (options.rank == 0) {
-      server = std::make_unique<RendezvousServer>(RendezvousServerOptions{
+      server = std::make_shared<RendezvousServer>(RendezvousServerOptions{
           .address = options.master_addr, .port = options.master_port, .token = options.store_token});
     }
-    auto tcp = c10::make_intrusive<AuthenticatedStore>(impl_->connect_store(options.timeout), options.timeout,
+    auto tcp = c10::make_intrusive<AuthenticatedStore>(impl_->store_client(options.timeout), options.timeout,
                                                        std::move(server));
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.name, tcp);
     impl_->kv = std::make_unique<C10dStore>(impl_->store);
