@@ -296,14 +296,17 @@ struct RendezvousServer::Impl {
         return;
       }
       case Op::add: {
+        const std::string key = to_string(s[0]);
+        const auto it = data.find(key);
         const auto delta = parse_int(s[1]);
-        auto& slot = data[to_string(s[0])];
-        const auto now = slot.empty() ? std::optional<int64_t>(0) : parse_int(slot);
-        if (!delta || !now) {
-          reject(c);  // not an integer: a confused or hostile peer
+        const auto now = it == data.end() ? std::optional<int64_t>(0) : parse_int(it->second);
+        int64_t sum = 0;
+        if (!delta || !now || __builtin_add_overflow(*now, *delta, &sum)) {
+          reject(c);  // not an integer, or out of range: a confused or hostile peer
           return;
         }
-        slot = encode_int(*now + *delta);
+        auto& slot = data[key];
+        slot = encode_int(sum);
         answer(c, Status::ok, {slot});
         return;
       }
@@ -326,7 +329,8 @@ struct RendezvousServer::Impl {
           return;
         }
         c.waiting = true;
-        c.wait_until = Clock::now() + std::chrono::milliseconds(*ms);
+        constexpr int64_t kYear = int64_t{365} * 24 * 3600 * 1000;  // keeps the deadline's arithmetic in range
+        c.wait_until = Clock::now() + std::chrono::milliseconds(std::min(*ms, kYear));
         return;
       }
       case Op::erase:

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -310,6 +311,10 @@ TEST_CASE("an authenticated peer's oversized or malformed request costs it its c
   CHECK(good.num_keys() == 2);
   CHECK_FALSE(good.wait({"never"}, 50ms));
   CHECK(good.add("n", 5) == 5);
+  // an add past int64 costs the connection; the client's next request reconnects
+  CHECK_THROWS_WITH(good.add("n", std::numeric_limits<int64_t>::max()),
+                    Catch::Contains("add to 'n'") && Catch::Contains("closed the connection"));
+  CHECK(good.add("n", 1) == 6);
   CHECK_THROWS_AS(good.set(std::string(5000, 'k'), {1}), ValueError);
 }
 
