@@ -74,6 +74,34 @@ std::exception_ptr died(const collector_state& st, const std::string& method, in
       method, rank, why, "method '" + method + "': " + rank_label(st, rank) + " is dead: " + why));
 }
 
+/// A node's link broke (its process was killed or crashed, or the network cut it off): every
+/// rank on it is gone at once, though CAF reports them one by one. Marks them all dead with one
+/// reason that names the node ("host:port", from the workers' names "...@host:port") and all its
+/// ranks, as a node that shuts down says it (SIGTERM).
+void node_lost(collector_state& st, const caf::node_id& node) {
+  std::vector<size_t> on_node;
+  for (size_t r = 0; r < st.workers.size(); ++r)
+    if (st.workers[r].node() == node) on_node.push_back(r);
+  if (on_node.empty()) return;
+  const std::string& name = st.names[on_node.front()];
+  const auto at = name.rfind('@');
+  const std::string host = at == std::string::npos ? "(in this process)" : name.substr(at + 1);
+  std::string ranks;
+  for (size_t r : on_node) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  const std::string why = "node " + host +
+                          " is unreachable (its process was killed or crashed, or the network cut it off); ranks " +
+                          ranks + " of " + std::to_string(st.workers.size()) + " were on it";
+  for (size_t r : on_node) {
+    if (!st.death[r].empty()) continue;
+    st.death[r] = why;
+    (*st.alive)[r] = false;
+  }
+}
+
+bool link_lost(const caf::error& e) {
+  return e == caf::exit_reason::remote_link_unreachable;
+}
+
 std::exception_ptr to_exception(caf::actor_system& sys, const collector_state& st, const caf::error& e,
                                  const std::string& method, int rank) {
   if (e.category() == caf::atom("hyflow")) {
@@ -119,8 +147,9 @@ void check_deadlines(collector_actor* self) {
     if (late.empty() || !call->take_deadline_report()) continue;
     DeadlineReport report{call->method, late,
                           std::chrono::duration_cast<std::chrono::milliseconds>(now - call->start)};
-    std::string ranks;
-    for (int r : late) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    std::string ranks;  // "3 (worker 'EchoWorker_1:1@host:port')": the name says the node
+    for (int r : late)
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (worker '" + st.names[static_cast<size_t>(r)] + "')";
     const std::string line = "hyflow watchdog: method '" + call->method + "' exceeded its deadline after " +
                              std::to_string(report.elapsed.count()) + " ms; no answer from rank(s) " + ranks;
     std::cerr << line << std::endl;
@@ -206,7 +235,9 @@ void send_call(collector_actor* self, uint64_t id, const std::shared_ptr<Pending
             if (call->done()) self->state.calls.erase(id);
           },
           [self, id, call, i, rank](caf::error& e) {
-            auto error = to_exception(self->system(), self->state, e, call->method, rank);
+            if (link_lost(e)) node_lost(self->state, self->state.workers[static_cast<size_t>(rank)].node());
+            auto error = link_lost(e) ? died(self->state, call->method, rank)
+                                      : to_exception(self->system(), self->state, e, call->method, rank);
             call->fail(i, error);
             // A dead worker (its exit, or its node gone) fails the whole call now, as its down
             // message would: the other ranks may be waiting for it.
@@ -255,13 +286,16 @@ caf::behavior collector_behavior(collector_actor* self, std::vector<worker_actor
   for (auto& w : st.workers) self->monitor(w);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
+    if (link_lost(dm.reason)) node_lost(st, dm.source.node());
     for (size_t r = 0; r < st.workers.size(); ++r) {
       if (st.workers[r].address() != dm.source) continue;
-      // A worker's own exit (exit_worker, or its node shutting down) carries its words.
+      // A worker's own exit (exit_worker, or its node shutting down) carries its words; a lost
+      // link was said for the whole node by node_lost.
       const bool own = dm.reason.category() == caf::atom("hyflow") && !context_string(dm.reason, 1).empty();
-      st.death[r] = own                                       ? context_string(dm.reason, 1)
-                    : dm.reason == caf::exit_reason::kill ? "killed"
-                                                          : self->system().render(dm.reason);
+      if (!link_lost(dm.reason) || st.death[r].empty())
+        st.death[r] = own                                       ? context_string(dm.reason, 1)
+                      : dm.reason == caf::exit_reason::kill ? "killed"
+                                                            : self->system().render(dm.reason);
       if (st.death[r].empty()) st.death[r] = "stopped";
       (*st.alive)[r] = false;
       for (auto& [id, call] : st.calls) {

@@ -12,7 +12,9 @@ Json WorkerEnv::to_json() const {
               {"MASTER_ADDR", master_addr},
               {"MASTER_PORT", master_port},
               {"DEVICE", device},
-              {"NAME", name}};
+              {"NAME", name},
+              {"STORE_TOKEN", store_token},
+              {"NODE", node}};
 }
 
 WorkerEnv WorkerEnv::from_json(const Json& j) {
@@ -26,6 +28,8 @@ WorkerEnv WorkerEnv::from_json(const Json& j) {
     e.master_port = j.at("MASTER_PORT").get<int>();
     e.device = j.at("DEVICE").get<std::string>();
     e.name = j.at("NAME").get<std::string>();
+    e.store_token = j.value("STORE_TOKEN", std::string());
+    e.node = j.value("NODE", std::string());
   } catch (const Json::exception& ex) {
     throw FormatError(std::string("WorkerEnv: ") + ex.what() + " in " + j.dump());
   }

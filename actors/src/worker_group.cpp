@@ -6,6 +6,7 @@
 #include <hyflow/core/net.hpp>
 
 #include <iostream>
+#include <random>
 
 namespace hyflow::actors {
 
@@ -230,6 +231,18 @@ void GroupView::call_then(const std::string& method, std::vector<Value> args, st
 }  // namespace detail
 
 namespace {
+/// 256 random bits in hex: the secret of one group's rendezvous store (WorkerEnv::store_token).
+std::string random_store_token() {
+  std::random_device device;  // the kernel's generator (getrandom), not a seeded engine
+  std::string hex;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = device();
+    for (int shift = 28; shift >= 0; shift -= 4) hex += kDigits[(word >> shift) & 0xf];
+  }
+  return hex;
+}
+
 std::shared_ptr<const MethodTableBase> table_for(const WorkerSpec& spec) {
   return spec.type == kColocatedWorkerType ? colocated_table(spec) : worker_methods(spec.type);
 }
@@ -246,6 +259,8 @@ WorkerGroup::WorkerGroup(Runtime& runtime, const ResourcePool& pool, WorkerSpec 
   core->master_port = pick_free_port(core->master_addr);
   auto envs = pool.place(options.name_prefix, spec.type == kColocatedWorkerType ? "Colocated" : spec.type,
                          core->master_addr, core->master_port);
+  const std::string store_token = random_store_token();
+  for (auto& e : envs) e.store_token = store_token;
   auto workers = (options.launcher ? *options.launcher : runtime.launcher()).launch(spec, envs);
   for (const auto& w : workers) core->names.push_back(w->env().name);
   if (options.detached) runtime.keep_detached(workers);

@@ -236,6 +236,7 @@ std::vector<actors::WorkerRef> RemoteLauncher::launch(const WorkerSpec& spec, co
     placed[i].master_addr = master.host;
     placed[i].master_port = master_port;
     placed[i].name += "@" + im.nodes[node_of[i]].info.address;
+    placed[i].node = im.nodes[node_of[i]].info.address;
   }
   using spawn_handle =
       decltype(self->request(master.manager, caf::infinite, detail::spawn_atom::value, uint64_t{0}, std::string{}));

@@ -35,6 +35,16 @@ struct PeerLiveness::State {
 
   std::string key(int rank) const { return options.group + "/alive/" + std::to_string(rank); }
 
+  /// "; it ran on node host:port, with ranks 2, 3 of the group" when rank r's node is known.
+  std::string node_of(int r) const {
+    const auto& nodes = options.nodes;
+    if (static_cast<size_t>(r) >= nodes.size() || nodes[static_cast<size_t>(r)].empty()) return "";
+    std::string ranks;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i] == nodes[static_cast<size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(i);
+    return "; it ran on node " + nodes[static_cast<size_t>(r)] + ", which holds ranks " + ranks + " of the group";
+  }
+
   void fail(std::string message) {
     {
       std::lock_guard lock(mutex);
@@ -82,14 +92,14 @@ struct PeerLiveness::State {
       if (store_errors >= 2 && std::chrono::steady_clock::now() - failing_since >= o.timeout) {
         fail("the store of group '" + o.group + "' at " + o.store_address +
              " (in rank 0's process) has been unreachable for " + std::to_string(o.timeout.count()) +
-             " ms: rank 0 is dead, stopped or cut off (" + last_error + ")");
+             " ms: rank 0 is dead, stopped or cut off (" + last_error + ")" + node_of(0));
       } else if (store_errors == 0) {
         for (int r = 0; r < o.world_size; ++r) {
           if (r == o.rank || round - last_change[r] < rounds_allowed) continue;
           fail("rank " + std::to_string(r) + " of group '" + o.group + "' (" + std::to_string(o.world_size) +
                " ranks) has not signalled for " + std::to_string(o.timeout.count()) + " ms" +
                (seen[r] ? "" : " (it never did)") + ": its process is dead, stopped or cut off (seen from rank " +
-               std::to_string(o.rank) + ")");
+               std::to_string(o.rank) + ")" + node_of(r));
           break;
         }
       }

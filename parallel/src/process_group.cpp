@@ -3,13 +3,13 @@
 #include <hyflow/core/error.hpp>
 #include <hyflow/core/shape.hpp>
 #include <hyflow/parallel/peer_liveness.hpp>
+#include <hyflow/parallel/rendezvous_store.hpp>
 
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
 #endif
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #if HYFLOW_WITH_NCCL
 #include "nccl/nccl_communicator.hpp"
@@ -68,6 +68,52 @@ class C10dStore : public KeyValueStore {
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
+};
+
+/// c10d's view of the authenticated store (rendezvous_store.hpp), under gloo and PrefixStore:
+/// one connection. Rank 0's also holds the server, which thus lives as long as any (sub-)group
+/// uses the store, as c10d's TCPStore server did.
+class AuthenticatedStore : public c10d::Store {
+ public:
+  AuthenticatedStore(RendezvousClientOptions options, std::chrono::milliseconds timeout,
+                     std::shared_ptr<RendezvousServer> server = nullptr)
+      : c10d::Store(timeout),
+        options_(options),
+        server_(std::move(server)),
+        client_(std::make_shared<RendezvousClient>(std::move(options))) {}
+  /// LibTorch 2.x's Store::clone (pure there, absent in 1.13): a connection of its own to the
+  /// same store.
+  virtual c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<AuthenticatedStore>(options_, timeout_, server_);
+  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { client_->set(key, value); }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return client_->compare_set(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    wait({key});
+    auto value = client_->get(key);
+    TORCH_CHECK(value, "store key '", key, "' vanished (store ", client_->where(), ")");
+    return *value;
+  }
+  int64_t add(const std::string& key, int64_t value) override { return client_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return client_->erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return client_->check(keys); }
+  int64_t getNumKeys() override { return client_->num_keys(); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    if (keys.empty()) return;
+    // c10d's kNoTimeout (0) waits for ever; a year is as good
+    const auto bound = timeout == kNoTimeout ? std::chrono::milliseconds(std::chrono::hours(24 * 365)) : timeout;
+    TORCH_CHECK(client_->wait(keys, bound), "wait for store key '", keys.front(), "' timed out after ",
+                bound.count(), " ms (store ", client_->where(), ")");
+  }
+
+ private:
+  RendezvousClientOptions options_;
+  std::shared_ptr<RendezvousServer> server_;
+  std::shared_ptr<RendezvousClient> client_;
 };
 
 std::string where(const ProcessGroupOptions& o) {
@@ -163,6 +209,8 @@ struct AbortState {
   std::condition_variable changed;
   std::optional<std::string> reason;
   std::atomic<bool> abandoned{false};  // a gloo work was given up while it still ran
+  /// How long a failed gloo work waits for the liveness check to name the peer (0: no check).
+  std::chrono::milliseconds verdict_wait{0};
 };
 
 /// Waits for a gloo work until it completes, or until the group is aborted (a peer is gone),
@@ -182,7 +230,18 @@ void wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, const std::share
       throw CollectiveAbortedError(what + " was aborted: " + *state->reason);
     }
   }
-  work->wait();
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    // gloo names only the broken socket ("Connection closed by peer [addr]:port"): the liveness
+    // check names the rank and its node once that peer has been silent for peer_timeout.
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    const std::string gloo = c10 ? c10->what_without_backtrace() : e.what();
+    std::unique_lock lock(state->mutex);
+    state->changed.wait_for(lock, state->verdict_wait, [&] { return state->reason.has_value(); });
+    if (state->reason) throw CollectiveAbortedError(what + " failed: " + *state->reason + " (gloo: " + gloo + ")");
+    throw Error(what + " failed: " + gloo);
+  }
 }
 
 /// A gloo collective in flight; `finish` runs once after it has completed.
@@ -206,8 +265,8 @@ class GlooWork : public Work {
     done_ = true;
     try {
       wait_abortable(work_, abort_state_, what_);
-    } catch (const CollectiveAbortedError&) {
-      throw;
+    } catch (const Error&) {
+      throw;  // wait_abortable's, which names the op (and the dead peer when it is known)
     } catch (const c10::Error& e) {
       throw Error(what_ + " failed: " + e.what_without_backtrace());
     } catch (const std::exception& e) {
@@ -234,6 +293,7 @@ class CompletedWork : public Work {
 
 struct ProcessGroup::Impl {
   ProcessGroupOptions options;
+  std::vector<std::string> nodes;            // each rank's node (ProcessGroupOptions::node)
   c10::intrusive_ptr<c10d::Store> store;
   std::unique_ptr<C10dStore> kv;
   c10::intrusive_ptr<torch_compat::GlooBase> group;  // gloo
@@ -267,29 +327,43 @@ struct ProcessGroup::Impl {
     if (options.peer_timeout.count() <= 0 || options.world_size < 2) return;
     const auto interval =
         std::clamp(options.peer_timeout / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
-    c10d::TCPStoreOptions client;
-    client.port = static_cast<std::uint16_t>(options.master_port);
-    client.isServer = false;
-    client.waitWorkers = false;
-    // c10d's client connect gives up at once below one second; the liveness thread bounds the
-    // time a stopped store may block it by wall time instead (peer_liveness.cpp)
-    client.timeout = std::chrono::milliseconds(2000);
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
+    // its own connection, whose operations give up within 2 s; the liveness thread bounds the
+    // time a stopped store may block it by wall time (peer_liveness.cpp)
+    auto tcp = c10::make_intrusive<AuthenticatedStore>(store_client(std::chrono::milliseconds(2000)),
+                                                       std::chrono::milliseconds(2000));
     auto own = std::make_unique<C10dStore>(c10::make_intrusive<c10d::PrefixStore>(options.name, tcp));
+    // the verdict comes peer_timeout after the peer's last beat, which this rank saw up to a
+    // round late: a few rounds of margin
+    abort_state->verdict_wait = options.peer_timeout + 4 * interval;
     liveness = std::make_unique<PeerLiveness>(
         PeerLiveness::Options{.group = options.name,
                               .rank = options.rank,
                               .world_size = options.world_size,
                               .interval = interval,
                               .timeout = options.peer_timeout,
-                              .store_address = options.master_addr + ":" + std::to_string(options.master_port)},
+                              .store_address = options.master_addr + ":" + std::to_string(options.master_port),
+                              .nodes = nodes},
         std::move(own), [this](const std::string& why) { abort(why); });
+  }
+  RendezvousClientOptions store_client(std::chrono::milliseconds timeout) const {
+    return {
+        .address = options.master_addr, .port = options.master_port, .token = options.store_token, .timeout = timeout};
+  }
+  /// Every rank's node, published before the gloo rendezvous (which every rank has passed when
+  /// this reads them), for the failures that name a dead rank's node.
+  void learn_nodes() {
+    nodes.assign(static_cast<size_t>(options.world_size), "");
+    for (int r = 0; r < options.world_size; ++r) {
+      auto value = C10dStore(store).get("node/" + std::to_string(r), options.timeout);
+      nodes[static_cast<size_t>(r)].assign(value.begin(), value.end());
+    }
   }
   /// Joins the gloo group of this rank: the whole group (backend gloo), or an nccl group's CPU
   /// side under the key prefix "cpu" (PyTorch's "cpu:gloo,cuda:nccl").
   void join_gloo() {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+        options.bind_addr.empty() ? options.master_addr : options.bind_addr));
     c10::intrusive_ptr<c10d::Store> gloo_store = store;
     if (options.backend == Backend::nccl) gloo_store = c10::make_intrusive<c10d::PrefixStore>("cpu", store);
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(gloo_store, options.rank, options.world_size, gloo_options);
@@ -344,16 +418,19 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options) : impl_(std::make
         "has gloo only (" +
         where(options) + ")");
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.isServer = options.rank == 0;
-    store_options.numWorkers = static_cast<std::size_t>(options.world_size);
-    store_options.waitWorkers = false;
-    store_options.timeout = options.timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    std::shared_ptr<RendezvousServer> server;
+    if (options.rank == 0) {
+      server = std::make_shared<RendezvousServer>(RendezvousServerOptions{
+          .address = options.master_addr, .port = options.master_port, .token = options.store_token});
+    }
+    auto tcp = c10::make_intrusive<AuthenticatedStore>(impl_->store_client(options.timeout), options.timeout,
+                                                       std::move(server));
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.name, tcp);
     impl_->kv = std::make_unique<C10dStore>(impl_->store);
+    impl_->kv->set("node/" + std::to_string(options.rank),
+                   std::vector<uint8_t>(options.node.begin(), options.node.end()));
     impl_->join_gloo();  // nccl groups too: CPU tensors and control never go to NCCL
+    impl_->learn_nodes();
     impl_->start_liveness();
   } catch (const c10::Error& e) {
     throw Error("ProcessGroup rendezvous failed (" + where(options) + "): " + e.what_without_backtrace());

@@ -77,7 +77,8 @@ class EchoWorker : public hyflow::Worker {
   double all_reduce_rank() {
     auto& pg = *host().get_or_create<hyflow::parallel::ProcessGroup>([this] {
       return std::make_shared<hyflow::parallel::ProcessGroup>(hyflow::parallel::ProcessGroupOptions{
-          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port()});
+          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port(),
+          .store_token = env().store_token, .node = env().node});
     });
     auto t = torch::full({2}, double(rank() + 1), torch::kFloat64);
     pg.all_reduce(t);

@@ -54,7 +54,8 @@ class CollectiveWorker : public hyflow::Worker {
   hyflow::parallel::ProcessGroup& group() {
     return *host().get_or_create<hyflow::parallel::ProcessGroup>([this] {
       return std::make_shared<hyflow::parallel::ProcessGroup>(hyflow::parallel::ProcessGroupOptions{
-          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port()});
+          .rank = rank(), .world_size = world_size(), .master_addr = master_addr(), .master_port = master_port(),
+          .store_token = env().store_token, .node = env().node});
     });
   }
 };

@@ -181,6 +181,10 @@ TEST_CASE("kill -9 of a node mid-call fails the call within 5 s naming the node 
       CHECK(e.rank() == 2);
       CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
       CHECK(std::string(e.what()).find(high.address()) != std::string::npos);
+      // the node and every rank it held, not CAF's remote_link_unreachable for one worker
+      CHECK_THAT(e.what(), Catch::Contains("node " + high.address() + " is unreachable") &&
+                               Catch::Contains("ranks 2, 3 of 4 were on it") &&
+                               !Catch::Contains("remote_link_unreachable"));
     }
     // Later calls fail at once; the survivors still answer nothing partial.
     CHECK_THROWS_AS(wg.call(&test::EchoWorker::whoami), WorkerDiedError);
@@ -333,6 +337,12 @@ void check_collective_failure(int stop_signal) {
       CHECK(text.rfind("error ", 0) == 0);
       if (stop_signal == SIGSTOP)
         CHECK_THAT(text, Catch::Contains("was aborted: rank 2") || Catch::Contains("was aborted: rank 3"));
+      else  // the liveness check's abort, or gloo's "Connection closed by peer [addr]:port" (which alone
+            // names no rank) followed by the liveness verdict
+        CHECK_THAT(text, Catch::Contains("was aborted: rank 2") || Catch::Contains("was aborted: rank 3") ||
+                             Catch::Contains("failed: rank 2") || Catch::Contains("failed: rank 3"));
+      // the dead rank's node and all of its ranks
+      CHECK_THAT(text, Catch::Contains("it ran on node " + high.address() + ", which holds ranks 2, 3"));
     }
     std::filesystem::remove_all(reports);
     // The surviving node serves a new group at once, with its own collective, although the old
@@ -353,6 +363,44 @@ TEST_CASE("kill -9 of a node while the others wait in a gloo collective fails th
 
 TEST_CASE("SIGSTOP of a node while the others wait in a gloo collective is named within 5 s by default") {
   check_collective_failure(SIGSTOP);
+}
+
+TEST_CASE("with heartbeats off, a SIGSTOPped node ends the call at the call deadline, naming its worker and node") {
+  // Calls carry a deadline of their own, 10 minutes by default (verl's collective timeout)...
+  CHECK(WorkerGroupOptions{}.call_deadline == std::chrono::minutes(10));
+  // ...which a test shortens: no heartbeat will notice the stopped node.
+  test::register_test_workers();
+  const std::vector<std::string> no_heartbeats{"--heartbeat-ms=0", "--connection-timeout-ms=0"};
+  test::NodeProcess a(no_heartbeats), b(no_heartbeats);
+  const auto& low = a.port() < b.port() ? a : b;
+  auto& high = a.port() < b.port() ? b : a;
+  RuntimeOptions o;
+  o.network = true;
+  o.heartbeat_interval_ms = 0;
+  o.connection_timeout_ms = 0;
+  auto rt = std::make_unique<Runtime>(o);
+  {
+    auto cluster = RemoteLauncher::connect(*rt, {.nodes = {low.address(), high.address()}});
+    rt->set_launcher(cluster);
+    WorkerGroup wg(*rt, cluster->pool(2), WorkerSpec{"EchoWorker", Json::object()}, {.call_deadline = 2500ms});
+    // rank 3 (high node) would answer after 1 s; the node is stopped before it does
+    auto pending = std::async(std::launch::async, [&] { return wg.call("sleep_on_rank", 3, 1000); });
+    std::this_thread::sleep_for(300ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    high.signal(SIGSTOP);
+    REQUIRE(pending.wait_for(6s) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - t0 < 4s);
+    try {
+      pending.get();
+      FAIL("expected a CallTimeoutError");
+    } catch (const CallTimeoutError& e) {
+      CHECK(e.ranks() == std::vector<int>{3});
+      CHECK_THAT(e.what(), Catch::Contains("no answer from rank(s) 3 (worker '") &&
+                               Catch::Contains("@" + high.address() + "')"));
+    }
+    high.signal(SIGCONT);
+  }
+  rt.reset();
 }
 
 TEST_CASE("a gloo all-reduce runs across 2 node processes (MASTER_ADDR/PORT from the rank-0 node)") {

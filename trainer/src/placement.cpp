@@ -70,6 +70,8 @@ Placement::Placement(const std::vector<RoleSpec>& roles, const std::vector<PoolS
   if (trainer.call_timeout_s > 0)
     group_options.call_deadline =
         std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(trainer.call_timeout_s * 1000))));
+  else
+    group_options.call_deadline.reset();
 
   // The pools that hold an enabled role; every pool is made once, so the roles on it share its devices.
   std::vector<const PoolSpec*> used;

@@ -236,7 +236,8 @@ void read_trainer(Section s, TrainerSection& t, AsyncSection& async, Section asy
   s.read("metrics_file", t.metrics_file,
          {.help = "JSONL metrics of the jsonl tracker (null: {default_local_dir}/metrics.jsonl)"});
   s.read("call_timeout_s", t.call_timeout_s,
-         {.help = "fail a worker call not answered within this many seconds, naming the late ranks (0: wait forever)",
+         {.help = "fail a worker call not answered within this many seconds, naming the late ranks and their "
+                  "workers (0: wait forever)",
           .minimum = 0});
   std::optional<std::vector<nlohmann::json>> profile_steps;
   s.read("profile_steps", profile_steps,

@@ -15,6 +15,9 @@ parallel::ProcessGroupOptions process_group_options(const WorkerEnv& env, const 
           .world_size = env.world_size,
           .master_addr = env.master_addr,
           .master_port = env.master_port,
+          .bind_addr = env.node.substr(0, env.node.rfind(':')),  // the node's own host ("" in process)
+          .store_token = env.store_token,
+          .node = env.node,
           .backend = on_nccl ? parallel::Backend::nccl : parallel::Backend::gloo,
           .collective_timeout = collective_timeout,
           .name = "hyflow.workers",

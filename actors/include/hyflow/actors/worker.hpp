@@ -25,6 +25,11 @@ struct WorkerEnv {
   std::string device = "cpu";
   /// "{prefix}{type}_{node}:{local_rank}", unique within the runtime.
   std::string name;
+  /// The secret of the group's rendezvous store (ProcessGroupOptions::store_token), drawn at
+  /// random for each worker group; it travels to remote workers over the authenticated link.
+  std::string store_token;
+  /// "host:port" of the caf-node hosting the worker (empty in process), for failures that name it.
+  std::string node;
 
   Json to_json() const;
   static WorkerEnv from_json(const Json& j);

@@ -32,8 +32,10 @@ struct WorkerGroupOptions {
   std::string name_prefix;
   /// Workers outlive the group and can be re-attached with WorkerGroup::from_detached.
   bool detached = false;
-  /// Watchdog: default deadline of every call (none: wait forever).
-  std::optional<std::chrono::milliseconds> call_deadline;
+  /// Watchdog: default deadline of every call, 10 minutes as verl's collective timeout, so that
+  /// a worker that never answers (its node stopped and no heartbeat noticed) still ends the
+  /// call with an error naming it. std::nullopt: wait forever.
+  std::optional<std::chrono::milliseconds> call_deadline = std::chrono::minutes(10);
   /// With a handler the watchdog only reports (the call keeps waiting); without one the call
   /// fails with CallTimeoutError naming the method and the ranks that have not answered.
   /// Either way a line goes to stderr.

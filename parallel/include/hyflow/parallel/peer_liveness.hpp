@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hyflow::parallel {
 
@@ -31,6 +32,9 @@ class PeerLiveness {
     std::chrono::milliseconds timeout{5000};
     /// Where the store lives, for messages ("127.0.0.1:29500").
     std::string store_address;
+    /// Each rank's node ("host:port"; empty or "" entries: unknown), so that a verdict names the
+    /// silent rank's node and the other ranks on it.
+    std::vector<std::string> nodes;
   };
   /// `store` is this rank's own connection (its operations must time out on their own, well
   /// within `timeout`); the thread starts at once.

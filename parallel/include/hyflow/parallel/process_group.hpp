@@ -1,6 +1,8 @@
 #pragma once
 // Process groups for SPMD code inside a worker group: every rank of a group builds one with
-// the same master address/port; rank 0 hosts the c10d TCPStore rendezvous. Backend::gloo runs
+// the same master address/port; rank 0 hosts the rendezvous store (hyflow/parallel/
+// rendezvous_store.hpp: it listens on master_addr only and serves a connection only after it
+// proved the group's store_token). Backend::gloo runs
 // collectives on CPU tensors. Backend::nccl (builds with -DHYFLOW_CUDA=ON) runs them on CUDA
 // tensors: enqueued on the current CUDA stream and asynchronous for the host, watched by a
 // CollectiveWatchdog that aborts the communicator once a collective has run for
@@ -37,9 +39,19 @@ enum class ReduceOp { sum, product, min, max, avg };
 struct ProcessGroupOptions {
   int rank = 0;
   int world_size = 1;
-  /// Address of rank 0's store (and, for gloo, the address every rank's device binds to).
+  /// Address of rank 0's store, which listens on it and on nothing else.
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  /// The address this rank's gloo pairs listen on (its own node's); empty: master_addr, right
+  /// when every rank runs on the rank-0 machine.
+  std::string bind_addr;
+  /// The group's secret: every connection to the store proves it (HMAC-SHA256 of a nonce)
+  /// before it is served. Worker groups draw a fresh one per group (WorkerEnv::store_token).
+  /// Empty is a token too, one anybody can prove: for ranks that are threads of one process.
+  std::string store_token;
+  /// This rank's node as failures name it ("host:port" of its caf-node; empty in process): a
+  /// survivor's error names the node of a dead rank and the group's other ranks on it.
+  std::string node;
   Backend backend = Backend::gloo;
   /// Rendezvous timeout, and gloo's collective timeout.
   std::chrono::milliseconds timeout{30000};
@@ -60,7 +72,9 @@ struct ProcessGroupOptions {
 };
 
 /// A collective that was given up because a peer is gone or abort() was called. The group
-/// cannot be used again: every later collective throws it too.
+/// cannot be used again: every later collective throws it too. A gloo collective that fails
+/// because a peer's connection broke (gloo names only its socket) waits up to peer_timeout for
+/// the liveness check to name the rank and its node, and then throws this naming both.
 class CollectiveAbortedError : public Error {
  public:
   using Error::Error;

@@ -14,7 +14,7 @@
 
 namespace hyflow::parallel {
 
-/// The rendezvous store as collectives see it (c10d's TCPStore behind ProcessGroup::store()).
+/// The rendezvous store as collectives see it (rendezvous_store.hpp behind ProcessGroup::store()).
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;

@@ -131,7 +131,7 @@ struct TrainerSection {
   std::string device = "cpu";  ///< cpu | cuda | auto
   int64_t seed = 1;
   std::optional<std::string> metrics_file;  ///< unset: {default_local_dir}/metrics.jsonl
-  double call_timeout_s = 0.0;
+  double call_timeout_s = 600.0;  ///< verl's collective timeout; 0: wait forever
   /// verl's trainer.profile_steps: global steps whose step timeline is written to
   /// {default_local_dir}/timeline/step_<N>.trace.json (empty: none; docs/profiling.md).
   std::vector<int64_t> profile_steps;
