@@ -99,6 +99,8 @@ caf::error to_caf_error(std::exception_ptr error) {
   } catch (const CallError& e) {
     return group_error(errc::method_failed, e.kind().empty() ? "CallError" : e.kind(), e.what(), e.method(),
                        e.rank());
+  } catch (const BindError& e) {
+    return group_error(errc::call_failed, "BindError", e.what(), e.method(), e.rank());
   } catch (const std::exception& e) {
     return group_error(errc::call_failed, detail::kind_of(e), e.what(), "", -1);
   } catch (...) {

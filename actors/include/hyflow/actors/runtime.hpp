@@ -74,7 +74,7 @@ struct RuntimeOptions {
   /// middleman is loaded when `network` is set). The cluster module's mutual TLS is set this
   /// way (hyflow::cluster::with_tls in hyflow/cluster/tls.hpp), so that this module links
   /// neither OpenSSL nor CAF's openssl module.
-  std::function<void(caf::actor_system_config&)> configure_system;
+  std::function<void(caf::actor_system_config&)> configure_system{};
 };
 
 /// The runtime of one controller: where its workers and groups live.

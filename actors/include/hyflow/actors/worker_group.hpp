@@ -29,27 +29,27 @@ namespace hyflow::actors {
 
 struct WorkerGroupOptions {
   /// Prefix of worker names ("{prefix}{type}_{node}:{local_rank}").
-  std::string name_prefix;
+  std::string name_prefix{};
   /// Workers outlive the group and can be re-attached with WorkerGroup::from_detached.
   bool detached = false;
   /// Watchdog: default deadline of every call (none: wait forever).
-  std::optional<std::chrono::milliseconds> call_deadline;
+  std::optional<std::chrono::milliseconds> call_deadline{};
   /// With a handler the watchdog only reports (the call keeps waiting); without one the call
   /// fails with CallTimeoutError naming the method and the ranks that have not answered.
   /// Either way a line goes to stderr.
-  std::function<void(const DeadlineReport&)> on_deadline;
+  std::function<void(const DeadlineReport&)> on_deadline{};
   /// Where this group's workers are placed; unset: the Runtime's launcher (in-process by
   /// default). Groups of one Runtime can use different launchers (a remote pool for the
   /// policy, in-process workers for a rule reward, your own actors).
-  std::shared_ptr<WorkerLauncher> launcher;
+  std::shared_ptr<WorkerLauncher> launcher{};
 };
 
 /// Per-call settings (override the group's and the method's defaults).
 struct CallOptions {
-  std::optional<std::chrono::milliseconds> deadline;
+  std::optional<std::chrono::milliseconds> deadline{};
   /// Wait for the result (true) or return a future at once (false); unset: the method's
   /// `blocking` flag from its table (verl's default).
-  std::optional<bool> blocking;
+  std::optional<bool> blocking{};
 };
 
 /// Where the time of the last call went, in microseconds.

@@ -25,15 +25,15 @@
 namespace hyflow::cluster {
 
 struct ClusterOptions {
-  std::vector<std::string> nodes;  ///< "host:port" of each caf-node
-  std::string secret;              ///< shared secret (empty: only nodes started without one accept)
+  std::vector<std::string> nodes{};  ///< "host:port" of each caf-node
+  std::string secret{};            ///< shared secret (empty: only nodes started without one accept)
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds spawn_timeout{10000};
   std::chrono::milliseconds init_timeout{120000};  ///< worker constructors (model loading)
   /// Mutual TLS (config keys cluster.tls_cert, cluster.tls_key, cluster.tls_ca). CAF reads the
   /// files from the actor system's configuration, so the Runtime must have been created with
   /// with_tls() and the same files; connect() checks that (ValueError otherwise).
-  TlsFiles tls;
+  TlsFiles tls{};
 };
 
 /// Places workers on caf-node processes. Each node holds a session for this controller; its
