@@ -42,8 +42,10 @@ class RemoteLauncher : public actors::WorkerLauncher {
  public:
   /// Connects to and authenticates with every node. ClusterError naming the node on a closed
   /// port, a silent peer (after connect_timeout), a protocol mismatch or a refused secret.
-  /// The runtime must be created with RuntimeOptions::network. Installs this process's data
-  /// plane as the runtime's payload transfer (hyflow/cluster/data_plane.hpp).
+  /// The runtime needs CAF's middleman: Runtime(RuntimeOptions{.network = true}), or for
+  /// Runtime(system) an actor_system_config given Runtime::configure_network (ValueError saying
+  /// which otherwise). Installs this process's data plane as the runtime's payload transfer
+  /// (hyflow/cluster/data_plane.hpp).
   static std::shared_ptr<RemoteLauncher> connect(Runtime& runtime, ClusterOptions options);
   ~RemoteLauncher() override;
 
