@@ -12,6 +12,7 @@ packages=(
   catch2                  # test framework (v2)
   libboost-program-options-dev
   libyaml-cpp-dev         # Hydra/YAML list values of config overrides (['console','jsonl'])
+  zlib1g-dev libsnappy-dev libzstd-dev  # GZIP, SNAPPY and ZSTD pages of Parquet datasets (trainer/src/parquet.cpp)
   nlohmann-json3-dev
   libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer
   libgloo-dev

@@ -41,8 +41,8 @@ caf::behavior adapter(caf::event_based_actor* self, caf::actor target, std::shar
         auto promise = self->make_response_promise();
         auto it = methods->find(method);
         if (it == methods->end())
-          promise.deliver(actor_method_error(
-              std::make_exception_ptr(BindError("actor worker type '" + type + "' has no method '" + method + "'"))));
+          promise.deliver(actor_method_error(std::make_exception_ptr(
+              BindError("actor worker type '" + type + "' has no method '" + method + "'", method))));
         else
           it->second(self, target, args, promise);
         return promise;

@@ -32,7 +32,7 @@ caf::error group_error(caf_protocol::errc code, std::string kind, std::string wh
 
 /// Runs group calls for CAF requests; answers from the group's completion, which it is sent
 /// as a message (a response promise is delivered on the actor's own thread only).
-caf::behavior group_behavior(caf::stateful_actor<group_state>* self, WorkerGroup group) {
+caf::behavior group_behavior(caf::stateful_actor<group_state>* self, WorkerGroup group, CallOptions options) {
   self->state.group.emplace(std::move(group));
   return {
       [=](call_atom, std::string& method, std::vector<Value>& args) -> caf::result<Value> {
@@ -42,7 +42,8 @@ caf::behavior group_behavior(caf::stateful_actor<group_state>* self, WorkerGroup
         try {
           st.group->call_then(
               method, std::move(args), [me, id](Value v) { caf::anon_send(me, done_atom::value, id, std::move(v)); },
-              [me, id](std::exception_ptr e) { caf::anon_send(me, done_atom::value, id, to_caf_error(e)); });
+              [me, id](std::exception_ptr e) { caf::anon_send(me, done_atom::value, id, to_caf_error(e)); },
+              options);
         } catch (...) {
           return to_caf_error(std::current_exception());
         }
@@ -68,8 +69,21 @@ caf::behavior group_behavior(caf::stateful_actor<group_state>* self, WorkerGroup
 }  // namespace detail
 
 group_actor spawn_group_actor(caf::actor_system& system, WorkerGroup group) {
-  return caf::actor_cast<group_actor>(system.spawn(detail::group_behavior, std::move(group)));
+  return caf::actor_cast<group_actor>(system.spawn(detail::group_behavior, std::move(group), CallOptions{}));
 }
+
+namespace detail {
+group_actor spawn_group_carrier(caf::actor_system& system, WorkerGroup group, CallOptions options) {
+  return caf::actor_cast<group_actor>(system.spawn(group_behavior, std::move(group), std::move(options)));
+}
+
+caf::error request_timeout_error(const std::string& method, std::chrono::milliseconds timeout) {
+  return group_error(caf_protocol::errc::call_timeout, "CallTimeoutError",
+                     "method '" + method + "': no reply within the request's timeout of " +
+                         std::to_string(timeout.count()) + " ms",
+                     method, -1);
+}
+}  // namespace detail
 
 caf::error to_caf_error(std::exception_ptr error) {
   using caf_protocol::errc;
@@ -85,6 +99,8 @@ caf::error to_caf_error(std::exception_ptr error) {
   } catch (const CallError& e) {
     return group_error(errc::method_failed, e.kind().empty() ? "CallError" : e.kind(), e.what(), e.method(),
                        e.rank());
+  } catch (const BindError& e) {
+    return group_error(errc::call_failed, "BindError", e.what(), e.method(), e.rank());
   } catch (const std::exception& e) {
     return group_error(errc::call_failed, detail::kind_of(e), e.what(), "", -1);
   } catch (...) {

@@ -11,7 +11,7 @@ const MethodEntry& MethodTableBase::at(const std::string& name, const std::strin
   if (const auto* e = find(name)) return *e;
   std::string names;
   for (const auto& [k, v] : entries_) names += (names.empty() ? "" : ", ") + k;
-  throw BindError("worker type '" + worker_type + "' has no method '" + name + "' (methods: " + names + ")");
+  throw BindError("worker type '" + worker_type + "' has no method '" + name + "' (methods: " + names + ")", name);
 }
 
 void MethodTableBase::insert(MethodEntry entry) {
@@ -24,7 +24,8 @@ namespace detail {
 void check_arity(const std::string& method, size_t expected, size_t got) {
   if (expected != got)
     throw BindError("method '" + method + "' takes " + std::to_string(expected) + " argument(s), got " +
-                    std::to_string(got));
+                        std::to_string(got),
+                    method);
 }
 }  // namespace detail
 

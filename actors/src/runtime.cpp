@@ -48,18 +48,7 @@ struct RuntimeConfig : caf::actor_system_config {
   explicit RuntimeConfig(const RuntimeOptions& o) {
     caf_protocol::register_types(*this);
     if (o.scheduler_threads > 0) set("scheduler.max-threads", static_cast<size_t>(o.scheduler_threads));
-    if (o.network) {
-      load<caf::io::middleman>();
-      // The middleman hands each incoming message to a BASP worker job on the scheduler. Idle
-      // work-stealing threads only poll for jobs (sleeping 50 us to 10 ms between polls), which
-      // cost 100-250 us per remote call (bench/cluster); the sharing policy's threads wait on a
-      // condition variable and wake at once. The workers run on their own threads either way.
-      set("scheduler.policy", caf::atom("sharing"));
-      if (o.heartbeat_interval_ms > 0)
-        set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
-      if (o.connection_timeout_ms > 0)
-        set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
-    }
+    if (o.network) Runtime::configure_network(*this, o.heartbeat_interval_ms, o.connection_timeout_ms);
     if (o.configure_system) o.configure_system(*this);  // e.g. the cluster module's TLS, after the middleman
   }
 };
@@ -106,6 +95,19 @@ Runtime::~Runtime() {
 }
 
 void Runtime::register_types(caf::actor_system_config& cfg) { caf_protocol::register_types(cfg); }
+
+void Runtime::configure_network(caf::actor_system_config& cfg, int heartbeat_interval_ms, int connection_timeout_ms) {
+  cfg.load<caf::io::middleman>();
+  // The middleman hands each incoming message to a BASP worker job on the scheduler. Idle
+  // work-stealing threads only poll for jobs (sleeping 50 us to 10 ms between polls), which
+  // cost 100-250 us per remote call (bench/cluster); the sharing policy's threads wait on a
+  // condition variable and wake at once. The workers run on their own threads either way.
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  if (heartbeat_interval_ms > 0)
+    cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(heartbeat_interval_ms)});
+  if (connection_timeout_ms > 0)
+    cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(connection_timeout_ms)});
+}
 
 bool Runtime::owns_system() const { return owned_ != nullptr; }
 

@@ -100,7 +100,8 @@ GroupView::Prepared GroupView::prepare(const std::string& method, std::vector<Va
   const MethodEntry& entry = table->at(method, type);
   if (args.size() != entry.arity)
     throw BindError("method '" + method + "' of worker type '" + type + "' takes " + std::to_string(entry.arity) +
-                    " argument(s), " + signature(entry) + ", got " + std::to_string(args.size()));
+                        " argument(s), " + signature(entry) + ", got " + std::to_string(args.size()),
+                    method);
   std::shared_ptr<const DispatchFns> fns =
       entry.options.inline_dispatch ? entry.options.inline_dispatch : dispatch_mode(entry.options.dispatch);
   if (!entry.options.inline_dispatch && entry.options.dispatch == Dispatch::DIRECT_ROLLOUT_METHOD)

@@ -39,6 +39,8 @@ CreatedWorker create_worker(const WorkerSpec& spec) {
 
 bool has_worker_type(const std::string& name) { return worker_types().contains(name); }
 
+std::vector<std::string> worker_type_names() { return worker_types().names(); }
+
 std::type_index worker_type_index(const std::string& name) { return worker_types().get(name).type; }
 std::shared_ptr<const MethodTableBase> worker_methods(const std::string& name) {
   return worker_types().get(name).table;

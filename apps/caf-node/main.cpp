@@ -21,6 +21,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -28,6 +29,23 @@
 #include <unistd.h>
 
 namespace po = boost::program_options;
+
+namespace {
+/// Loads a worker plugin and returns the worker types it registered. ValueError when it
+/// registered none: a library that is no worker plugin (libm.so.6), or one loaded already.
+std::vector<std::string> load_worker_plugin(const std::string& path) {
+  const auto before = hyflow::actors::worker_type_names();
+  hyflow::load_shared_library(path, "worker plugin");
+  std::vector<std::string> added;
+  for (auto& name : hyflow::actors::worker_type_names())
+    if (!std::binary_search(before.begin(), before.end(), name)) added.push_back(std::move(name));
+  if (added.empty())
+    throw hyflow::ValueError("worker plugin " + path +
+                             " registers no worker type (a plugin registers its worker types when it is loaded, with "
+                             "HYFLOW_REGISTER_WORKER; docs/cluster.md, \"Your own worker types on caf-node\")");
+  return added;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   po::options_description desc("caf-node options");
@@ -109,8 +127,9 @@ int main(int argc, char** argv) {
       options.secret = hyflow::cluster::read_secret_file(vm["secret-file"].as<std::string>());
     if (vm.count("plugin"))
       for (const auto& path : vm["plugin"].as<std::vector<std::string>>()) {
-        hyflow::load_shared_library(path, "worker plugin");
-        hyflow::cluster::cluster_log("loaded worker plugin " + path);
+        std::string types;
+        for (const auto& t : load_worker_plugin(path)) types += (types.empty() ? "" : ", ") + t;
+        hyflow::cluster::cluster_log("loaded worker plugin " + path + ": worker types " + types);
       }
     // A bad TLS file makes CAF abort at the first connection: check them all before starting.
     hyflow::cluster::check_tls_files(options.tls, {"--tls-cert", "--tls-key", "--tls-ca"});

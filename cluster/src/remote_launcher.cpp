@@ -104,8 +104,18 @@ struct RemoteLauncher::Impl {
 
 std::shared_ptr<RemoteLauncher> RemoteLauncher::connect(Runtime& runtime, ClusterOptions options) {
   auto& sys = actors::caf_protocol::system_of(runtime);
-  if (!sys.has_middleman())
-    throw ValueError("RemoteLauncher: the Runtime has no networking; create it with RuntimeOptions{.network = true}");
+  if (!sys.has_middleman()) {
+    if (runtime.owns_system())
+      throw ValueError("RemoteLauncher::connect: the Runtime has no networking; create it with "
+                       "RuntimeOptions{.network = true}");
+    throw ValueError(
+        "RemoteLauncher::connect: the actor system of this Runtime(system) has no middleman (CAF networking). In "
+        "the application's caf::actor_system_config constructor, call hyflow::Runtime::configure_network(*this), or "
+        "set the same by hand: load<caf::io::middleman>(); set(\"scheduler.policy\", caf::atom(\"sharing\")); "
+        "set(\"middleman.heartbeat-interval\", caf::timespan{std::chrono::milliseconds(500)}); "
+        "set(\"middleman.connection-timeout\", caf::timespan{std::chrono::milliseconds(3000)}) (the intervals as "
+        "the caf-nodes' --heartbeat-ms and --connection-timeout-ms; docs/embedding.md)");
+  }
   if (options.nodes.empty()) throw ValueError("RemoteLauncher: cluster.nodes is empty");
   auto addrs = options.nodes;
   for (const auto& a : addrs) detail::split_address(a);

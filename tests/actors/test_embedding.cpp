@@ -206,6 +206,56 @@ TEST_CASE("request(self, ...).then: an event-based actor keeps serving while its
   caf::anon_send_exit(caller, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+/// The same calls in CAF's argument order, hyflow::request(self, group, timeout, message...):
+/// reports "ranks N", or the error's code, class, method (from its context) and message.
+caf::behavior timed_caller(caf::event_based_actor* self, WorkerGroup group, caf::actor sink) {
+  return {
+      [=](go_atom, const std::string& what, int timeout_ms) {
+        auto report_error = [=](caf::error& e) {
+          const std::string method =
+              e.context().match_element<std::string>(2) ? e.context().get_as<std::string>(2) : "";
+          self->send(sink, "error " + caf_protocol::to_string(static_cast<caf_protocol::errc>(e.code())) + " " +
+                               error_kind(e) + " method=" + method + ": " + error_message(e));
+        };
+        auto report_ranks = [=](std::vector<int> r) { self->send(sink, "ranks " + std::to_string(r[0] + r[1])); };
+        const auto timeout = std::chrono::milliseconds(timeout_ms);
+        if (what == "typed")
+          hyflow::request(self, group, timeout, &GateWorker::wait_gate, 10).then(report_ranks, report_error);
+        else if (what == "by name")
+          hyflow::request(self, group, timeout, "wait_gate", 10)
+              .then([=](Value v) { report_ranks(from_value<std::vector<int>>(std::move(v), "wait_gate")); },
+                    report_error);
+        else
+          hyflow::request(self, group, caf::infinite, &GateWorker::wait_gate, 10).then(report_ranks, report_error);
+      },
+  };
+}
+}  // namespace
+
+TEST_CASE("hyflow::request(self, group, timeout, message): CAF's order; a passed timeout is a typed call_timeout") {
+  register_worker_type<GateWorker>("GateWorker");
+  close_gate();
+  AppConfig cfg;
+  caf::actor_system app{cfg};
+  Runtime runtime(app);
+  WorkerGroup wg(runtime, ResourcePool({2}), {"GateWorker", Json::object()});
+  caf::scoped_actor self{app};
+  auto caller = app.spawn(timed_caller, wg, caf::actor_cast<caf::actor>(self));
+  for (const std::string what : {"typed", "by name"}) {
+    self->send(caller, go_atom::value, what, 200);  // the workers wait at the closed gate
+    const auto s = next_string(self);
+    CHECK_THAT(s, Catch::StartsWith("error call_timeout CallTimeoutError method=wait_gate: "));
+    CHECK_THAT(s, Catch::Contains("wait_gate"));
+  }
+  gate.set_value();
+  self->send(caller, go_atom::value, std::string("typed"), 10000);
+  CHECK(next_string(self) == "ranks 21");
+  self->send(caller, go_atom::value, std::string("infinite"), 0);
+  CHECK(next_string(self) == "ranks 21");
+  caf::anon_send_exit(caller, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a group as a CAF actor answers hf_call requests with the collected Value") {
   register_worker_type<GateWorker>("GateWorker");
   AppConfig cfg;

@@ -1,8 +1,10 @@
-// Single-process pieces of the cluster layer: what a node advertises, TLS file checks.
+// Single-process pieces of the cluster layer: what a node advertises, TLS file checks, what an
+// embedding application's actor system needs before connect.
 #include "tls_files.hpp"
 
 #include <hyflow/cluster/all.hpp>
 
+#include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -62,4 +64,50 @@ TEST_CASE("node lists: host:port entries, trimmed; a bad port names the entry") 
   CHECK_THROWS_WITH(parse_node_list("a:1,b:x"), Contains("'b:x'"));
   CHECK_THROWS_WITH(parse_node_list("a:70000"), Contains("port out of range"));
   CHECK_THROWS_AS(parse_node_list(" , "), ValueError);
+}
+
+namespace {
+struct PlainAppConfig : caf::actor_system_config {
+  PlainAppConfig() { Runtime::register_types(*this); }
+};
+struct NetworkedAppConfig : caf::actor_system_config {
+  NetworkedAppConfig() {
+    Runtime::register_types(*this);
+    Runtime::configure_network(*this);
+  }
+};
+}  // namespace
+
+TEST_CASE("connect on Runtime(system) without a middleman says what the application's config needs") {
+  PlainAppConfig cfg;
+  caf::actor_system system{cfg};
+  Runtime runtime(system);
+  CHECK_THROWS_AS(RemoteLauncher::connect(runtime, {.nodes = {"127.0.0.1:1"}}), ValueError);
+  CHECK_THROWS_WITH(RemoteLauncher::connect(runtime, {.nodes = {"127.0.0.1:1"}}),
+                    Contains("Runtime(system) has no middleman") && Contains("Runtime::configure_network(*this)") &&
+                        Contains("load<caf::io::middleman>()") &&
+                        Contains("\"scheduler.policy\", caf::atom(\"sharing\")") &&
+                        Contains("\"middleman.heartbeat-interval\", caf::timespan{") &&
+                        Contains("\"middleman.connection-timeout\", caf::timespan{") && !Contains("RuntimeOptions"));
+}
+
+TEST_CASE("Runtime::configure_network gives the application's system what connect needs") {
+  NetworkedAppConfig cfg;
+  CHECK(caf::get_or(cfg, "scheduler.policy", caf::atom("")) == caf::atom("sharing"));
+  CHECK(caf::get_or(cfg, "middleman.heartbeat-interval", caf::timespan{0}) ==
+        caf::timespan{std::chrono::milliseconds(500)});
+  CHECK(caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}) == caf::timespan{std::chrono::seconds(3)});
+  caf::actor_system system{cfg};
+  CHECK(system.has_middleman());
+  Runtime runtime(system);
+  // Past the middleman check: a port nothing listens on is the network's answer, naming the node.
+  CHECK_THROWS_WITH(
+      RemoteLauncher::connect(runtime, {.nodes = {"127.0.0.1:1"}, .connect_timeout = std::chrono::seconds(2)}),
+      Contains("127.0.0.1:1"));
+}
+
+TEST_CASE("RemoteLauncher::connect on a Runtime without networking names RuntimeOptions{.network = true}") {
+  Runtime runtime;
+  CHECK_THROWS_WITH(RemoteLauncher::connect(runtime, {.nodes = {"127.0.0.1:1"}}),
+                    Contains("RuntimeOptions{.network = true}"));
 }

@@ -48,8 +48,8 @@ std::vector<ConfigKey> make_ppo_keys() {
 
 std::vector<ConfigKey> make_sft_keys() {
   std::vector<ConfigKey> k = {
-      key("data.train_files", T::string, "", "JSONL with prompt/response columns; empty: data.synthetic"),
-      key("data.val_files", T::string, "", "JSONL validation file; empty: data.synthetic"),
+      key("data.train_files", T::string, "", "JSONL or Parquet with prompt/response columns; empty: data.synthetic"),
+      key("data.val_files", T::string, "", "JSONL or Parquet validation file; empty: data.synthetic"),
       key("data.prompt_key", T::string, "prompt", "prompt column"),
       key("data.response_key", T::string, "response", "response column"),
       at_least(1, "data.max_length", 1024, "prompt + response tokens (right-padded)"),

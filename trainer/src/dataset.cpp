@@ -1,9 +1,10 @@
-// JSONL reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
+// JSONL and Parquet reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/config.hpp>
 #include <hyflow/tokenizers/bpe_tokenizer.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
+#include <hyflow/trainer/parquet.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -49,6 +50,35 @@ std::vector<int64_t> truncate(std::vector<int64_t> ids, int64_t max_len, const s
 
 }  // namespace
 
+namespace {
+/// A row of verl's columns as a Sample; `where` names the row in messages (file:line, file row N).
+Sample sample_of_row(const nlohmann::json& row, const std::string& where, const std::string& prompt_key,
+                     const std::string& response_key) {
+  if (!row.contains(prompt_key)) throw FormatError(where + ": missing column '" + prompt_key + "'");
+  Sample s;
+  s.prompt = prompt_text(row.at(prompt_key), where);
+  if (!response_key.empty()) {
+    if (!row.contains(response_key) || !row.at(response_key).is_string())
+      throw FormatError(where + ": missing text column '" + response_key + "'");
+    s.response = row.at(response_key).get<std::string>();
+  }
+  if (row.contains("data_source") && !row.at("data_source").is_null()) {
+    if (!row.at("data_source").is_string()) throw FormatError(where + ": data_source is not a string");
+    s.data_source = row.at("data_source").get<std::string>();
+  }
+  if (row.contains("reward_model") && !row.at("reward_model").is_null()) {
+    const auto& rm = row.at("reward_model");
+    if (!rm.is_object()) throw FormatError(where + ": reward_model is not an object");
+    if (rm.contains("ground_truth")) s.ground_truth = rm.at("ground_truth");
+  }
+  if (row.contains("extra_info") && !row.at("extra_info").is_null()) {
+    if (!row.at("extra_info").is_object()) throw FormatError(where + ": extra_info is not an object");
+    s.extra_info = row.at("extra_info");
+  }
+  return s;
+}
+}  // namespace
+
 std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key,
                                const std::string& response_key) {
   std::ifstream in(path);
@@ -60,31 +90,23 @@ std::vector<Sample> read_jsonl(const std::string& path, const std::string& promp
     const std::string where = path + ":" + std::to_string(lineno);
     nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!row.is_object()) throw FormatError(where + ": not a JSON object");
-    if (!row.contains(prompt_key)) throw FormatError(where + ": missing column '" + prompt_key + "'");
-    Sample s;
-    s.prompt = prompt_text(row.at(prompt_key), where);
-    if (!response_key.empty()) {
-      if (!row.contains(response_key) || !row.at(response_key).is_string())
-        throw FormatError(where + ": missing text column '" + response_key + "'");
-      s.response = row.at(response_key).get<std::string>();
-    }
-    if (row.contains("data_source")) {
-      if (!row.at("data_source").is_string()) throw FormatError(where + ": data_source is not a string");
-      s.data_source = row.at("data_source").get<std::string>();
-    }
-    if (row.contains("reward_model")) {
-      const auto& rm = row.at("reward_model");
-      if (!rm.is_object()) throw FormatError(where + ": reward_model is not an object");
-      if (rm.contains("ground_truth")) s.ground_truth = rm.at("ground_truth");
-    }
-    if (row.contains("extra_info")) {
-      if (!row.at("extra_info").is_object()) throw FormatError(where + ": extra_info is not an object");
-      s.extra_info = row.at("extra_info");
-    }
-    out.push_back(std::move(s));
+    out.push_back(sample_of_row(row, where, prompt_key, response_key));
   }
   if (in.bad()) throw FormatError("dataset file '" + path + "': read error");
   if (out.empty()) throw FormatError("dataset file '" + path + "' has no rows (empty or only blank lines)");
+  return out;
+}
+
+std::vector<Sample> read_parquet_samples(const std::string& path, const std::string& prompt_key,
+                                         const std::string& response_key) {
+  std::vector<std::string> columns{prompt_key, "data_source", "reward_model", "extra_info"};
+  if (!response_key.empty()) columns.push_back(response_key);
+  const std::vector<nlohmann::json> rows = read_parquet(path, columns);
+  if (rows.empty()) throw FormatError("dataset file '" + path + "' has no rows");
+  std::vector<Sample> out;
+  out.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    out.push_back(sample_of_row(rows[i], path + " row " + std::to_string(i), prompt_key, response_key));
   return out;
 }
 
@@ -174,7 +196,8 @@ std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& 
   std::stringstream ss(files);
   for (std::string file; std::getline(ss, file, ',');) {
     if (file.empty()) continue;
-    auto rows = read_jsonl(file, prompt_key, response_key);
+    auto rows = is_parquet_file(file) ? read_parquet_samples(file, prompt_key, response_key)
+                                      : read_jsonl(file, prompt_key, response_key);
     out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
   }
   return out;

@@ -29,8 +29,9 @@ void require_one_of(const std::string& value, std::initializer_list<const char*>
 }
 
 void read_data(Section s, DataSection& d) {
-  s.read("train_files", d.train_files, {.help = "JSONL training file(s), comma separated; empty: data.synthetic"});
-  s.read("val_files", d.val_files, {.help = "JSONL validation file(s); empty: data.synthetic"});
+  s.read("train_files", d.train_files,
+         {.help = "JSONL or Parquet training file(s), comma separated; empty: data.synthetic"});
+  s.read("val_files", d.val_files, {.help = "JSONL or Parquet validation file(s); empty: data.synthetic"});
   s.read("prompt_key", d.prompt_key, {.help = "column with the prompt (chat messages or text)"});
   s.accept<std::string>("reward_fn_key", "data_source",
                         "accepted for verl compatibility (hyflow's reward managers route by data_source)");

@@ -64,18 +64,30 @@ class NotSupportedError : public Error {
   using Error::Error;
 };
 
-/// A method called with arguments of the wrong number or type, or an unknown method.
+/// A method called with arguments of the wrong number or type, or an unknown method. method()
+/// names the method when one was called by name (empty for a member that is in no table);
+/// rank() is the rank whose arguments did not bind, -1 when the call was refused before any
+/// rank was asked (an unknown method, a wrong argument count).
 class BindError : public Error {
  public:
-  using Error::Error;
+  explicit BindError(std::string what, std::string method = {}, int rank = -1)
+      : Error(std::move(what)), method_(std::move(method)), rank_(rank) {}
+  const std::string& method() const { return method_; }
+  int rank() const { return rank_; }
+
+ private:
+  std::string method_;
+  int rank_;
 };
 
 }  // namespace hyflow::actors
 
 // Short names in hyflow:: for what verl users and embedding applications write.
 namespace hyflow {
+using actors::BindError;
 using actors::CallError;
 using actors::CallTimeoutError;
+using actors::NotSupportedError;
 using actors::RuntimeStoppedError;
 using actors::WorkerDiedError;
 }  // namespace hyflow

@@ -51,7 +51,7 @@ struct MethodOptions {
   bool materialize_futures = true;
   /// An inline {dispatch_fn, collect_fn} pair instead of a registered mode (verl accepts a
   /// raw dict as dispatch_mode). Takes precedence over `dispatch` when set.
-  std::shared_ptr<const DispatchFns> inline_dispatch;
+  std::shared_ptr<const DispatchFns> inline_dispatch{};
 };
 
 /// One callable member, type-erased.

@@ -74,7 +74,7 @@ struct RuntimeOptions {
   /// middleman is loaded when `network` is set). The cluster module's mutual TLS is set this
   /// way (hyflow::cluster::with_tls in hyflow/cluster/tls.hpp), so that this module links
   /// neither OpenSSL nor CAF's openssl module.
-  std::function<void(caf::actor_system_config&)> configure_system;
+  std::function<void(caf::actor_system_config&)> configure_system{};
 };
 
 /// The runtime of one controller: where its workers and groups live.
@@ -106,6 +106,14 @@ class Runtime {
   /// "hyflow" error category. Call it on every node's config (same as
   /// caf_protocol::register_types).
   static void register_types(caf::actor_system_config& cfg);
+  /// Adds what a controller of caf-nodes needs to a CAF config, the settings
+  /// Runtime({.network = true}) gives its own system: loads caf::io::middleman, sets
+  /// "scheduler.policy" to caf::atom("sharing") (remote replies wake a thread at once) and, when
+  /// > 0, "middleman.heartbeat-interval" and "middleman.connection-timeout" (caf::timespan),
+  /// which must match the caf-nodes' --heartbeat-ms and --connection-timeout-ms. For
+  /// Runtime(system): call it in the application's config constructor (docs/embedding.md).
+  static void configure_network(caf::actor_system_config& cfg, int heartbeat_interval_ms = 500,
+                                int connection_timeout_ms = 3000);
   /// True for the private actor system of Runtime(RuntimeOptions).
   bool owns_system() const;
 

@@ -29,7 +29,7 @@ namespace hyflow::actors {
 
 struct WorkerGroupOptions {
   /// Prefix of worker names ("{prefix}{type}_{node}:{local_rank}").
-  std::string name_prefix;
+  std::string name_prefix{};
   /// Workers outlive the group and can be re-attached with WorkerGroup::from_detached.
   bool detached = false;
   /// Watchdog: default deadline of every call, 10 minutes as verl's collective timeout, so that
@@ -39,19 +39,19 @@ struct WorkerGroupOptions {
   /// With a handler the watchdog only reports (the call keeps waiting); without one the call
   /// fails with CallTimeoutError naming the method and the ranks that have not answered.
   /// Either way a line goes to stderr.
-  std::function<void(const DeadlineReport&)> on_deadline;
+  std::function<void(const DeadlineReport&)> on_deadline{};
   /// Where this group's workers are placed; unset: the Runtime's launcher (in-process by
   /// default). Groups of one Runtime can use different launchers (a remote pool for the
   /// policy, in-process workers for a rule reward, your own actors).
-  std::shared_ptr<WorkerLauncher> launcher;
+  std::shared_ptr<WorkerLauncher> launcher{};
 };
 
 /// Per-call settings (override the group's and the method's defaults).
 struct CallOptions {
-  std::optional<std::chrono::milliseconds> deadline;
+  std::optional<std::chrono::milliseconds> deadline{};
   /// Wait for the result (true) or return a future at once (false); unset: the method's
   /// `blocking` flag from its table (verl's default).
-  std::optional<bool> blocking;
+  std::optional<bool> blocking{};
 };
 
 /// Where the time of the last call went, in microseconds.
@@ -190,25 +190,28 @@ class WorkerGroup {
   void call_then(const std::string& method, std::vector<Value> args, std::function<void(Value)> on_value,
                  std::function<void(std::exception_ptr)> on_error, const CallOptions& options = {}) const;
 
-  /// Asynchronous call from a CAF actor, the CAF way (include <hyflow/actors/group_actor.hpp>):
-  ///   group.request(self, &Critic::compute_values, batch).then(
+  /// Asynchronous call from a CAF actor (include <hyflow/actors/group_actor.hpp>). Prefer the
+  /// free function in CAF's argument order, with a timeout:
+  ///   hyflow::request(self, critic, 30s, &Critic::compute_values, batch).then(
   ///       [=](DataProto values) { ... }, [=](caf::error& e) { ... });
+  /// These members are the same call without a timeout (caf::infinite), kept for existing code.
   /// The handlers run in `self`'s context when the call completes; `self` keeps handling other
   /// messages meanwhile. Errors arrive as caf::error of the "hyflow" category (see
   /// group_actor.hpp); the result converts like TypedResult<R>.
   template <class Self, class W, class R, class... P, class... A>
   auto request(Self* self, R (W::*fn)(P...), A&&... args) const {
-    return typed_request<Self, W, R, std::tuple<P...>>(self, fn, std::forward<A>(args)...);
+    return typed_request<Self, W, R, std::tuple<P...>>(self, std::nullopt, fn, std::forward<A>(args)...);
   }
   template <class Self, class W, class R, class... P, class... A>
   auto request(Self* self, R (W::*fn)(P...) const, A&&... args) const {
-    return typed_request<Self, W, R, std::tuple<P...>>(self, fn, std::forward<A>(args)...);
+    return typed_request<Self, W, R, std::tuple<P...>>(self, std::nullopt, fn, std::forward<A>(args)...);
   }
   /// By name; the result handler gets a Value (or anything TypedResult<Value> converts to).
   template <class Self, class... A>
   auto request(Self* self, const std::string& method, A&&... args) const {
     return detail::GroupRequest<Self>::template make<Value>(self, *this, method,
-                                                            std::vector<Value>{to_value(std::forward<A>(args))...});
+                                                            std::vector<Value>{to_value(std::forward<A>(args))...},
+                                                            std::nullopt);
   }
 
   /// Timing of the last call made through this handle.
@@ -234,14 +237,16 @@ class WorkerGroup {
     const std::string name = name_of(fn);
     return TypedResult<R>(call_values(name, {to_value(std::forward<A>(args))...}, options), name);
   }
+  template <class Self>
+  friend struct detail::GroupRequest;
   template <class Self, class W, class R, class Params, class Fn, class... A>
-  auto typed_request(Self* self, Fn fn, A&&... args) const {
+  auto typed_request(Self* self, std::optional<std::chrono::milliseconds> timeout, Fn fn, A&&... args) const {
     static_assert(std::is_base_of_v<Worker, W>, "typed calls take members of hyflow::Worker classes");
     static_assert(std::tuple_size_v<Params> == sizeof...(A), "wrong number of arguments for this method");
     static_assert(check_arguments<Params, A...>(std::index_sequence_for<A...>{}),
                   "an argument does not convert to the method's parameter type");
-    return detail::GroupRequest<Self>::template make<R>(self, *this, name_of(fn),
-                                                        std::vector<Value>{to_value(std::forward<A>(args))...});
+    return detail::GroupRequest<Self>::template make<R>(
+        self, *this, name_of(fn), std::vector<Value>{to_value(std::forward<A>(args))...}, timeout);
   }
   template <class Params, class... A, size_t... I>
   static constexpr bool check_arguments(std::index_sequence<I...>) {

@@ -36,6 +36,8 @@ void register_worker_factory(const std::string& name, WorkerFactory factory, std
 /// Constructs a worker of spec.type on the calling thread; KeyError listing the known types.
 CreatedWorker create_worker(const WorkerSpec& spec);
 bool has_worker_type(const std::string& name);
+/// Every registered worker type name, sorted.
+std::vector<std::string> worker_type_names();
 /// The C++ type registered under `name` (typeid(void) for types without one).
 std::type_index worker_type_index(const std::string& name);
 /// The method table of a registered class (null for per-instance tables).

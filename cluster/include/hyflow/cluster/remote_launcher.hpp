@@ -26,15 +26,15 @@
 namespace hyflow::cluster {
 
 struct ClusterOptions {
-  std::vector<std::string> nodes;  ///< "host:port" of each caf-node
-  std::string secret;              ///< shared secret (empty: only nodes started without one accept)
+  std::vector<std::string> nodes{};  ///< "host:port" of each caf-node
+  std::string secret{};            ///< shared secret (empty: only nodes started without one accept)
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds spawn_timeout{10000};
   std::chrono::milliseconds init_timeout{120000};  ///< worker constructors (model loading)
   /// Mutual TLS (config keys cluster.tls_cert, cluster.tls_key, cluster.tls_ca). CAF reads the
   /// files from the actor system's configuration, so the Runtime must have been created with
   /// with_tls() and the same files; connect() checks that (ValueError otherwise).
-  TlsFiles tls;
+  TlsFiles tls{};
   /// The largest CAF (BASP) message a node may send this controller: a larger one closes that
   /// node's connection with a logged error instead of being allocated.
   uint64_t max_message_bytes = uint64_t{2} << 30;
@@ -46,8 +46,10 @@ class RemoteLauncher : public actors::WorkerLauncher {
  public:
   /// Connects to and authenticates with every node. ClusterError naming the node on a closed
   /// port, a silent peer (after connect_timeout), a protocol mismatch or a refused secret.
-  /// The runtime must be created with RuntimeOptions::network. Installs this process's data
-  /// plane as the runtime's payload transfer (hyflow/cluster/data_plane.hpp).
+  /// The runtime needs CAF's middleman: Runtime(RuntimeOptions{.network = true}), or for
+  /// Runtime(system) an actor_system_config given Runtime::configure_network (ValueError saying
+  /// which otherwise). Installs this process's data plane as the runtime's payload transfer
+  /// (hyflow/cluster/data_plane.hpp).
   static std::shared_ptr<RemoteLauncher> connect(Runtime& runtime, ClusterOptions options);
   ~RemoteLauncher() override;
 

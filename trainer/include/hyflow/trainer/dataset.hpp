@@ -1,5 +1,5 @@
 #pragma once
-// RL and SFT datasets (verl's rl_dataset.py / sft_dataset.py): JSONL rows with verl's columns
+// RL and SFT datasets (verl's rl_dataset.py / sft_dataset.py): JSONL or Parquet rows with verl's columns
 // (prompt as chat messages or text, data_source, reward_model.ground_truth, extra_info), the
 // built-in synthetic tasks (arithmetic, char_count), tokenization with left padding (RL) or
 // right padding with a loss mask (SFT), prompt-length filtering and truncation modes, and the
@@ -31,6 +31,12 @@ struct Sample {
 /// response column when response_key is given): hyflow::FormatError naming file:line.
 std::vector<Sample> read_jsonl(const std::string& path, const std::string& prompt_key = "prompt",
                                const std::string& response_key = "");
+/// Reads a Parquet file of verl's columns (examples/data_preprocess/*.py; hyflow/trainer/parquet.hpp):
+/// the prompt column (text or chat messages), data_source, reward_model.ground_truth, extra_info
+/// and, when given, the response column. A row without the prompt column: hyflow::FormatError
+/// naming the file and the row.
+std::vector<Sample> read_parquet_samples(const std::string& path, const std::string& prompt_key = "prompt",
+                                         const std::string& response_key = "");
 
 /// The built-in arithmetic task: "a+b=" (operands in [0, max_operand]) with the sum as
 /// ground truth and as SFT response, data_source "arithmetic". Deterministic in `seed`.
@@ -51,7 +57,8 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed,
                                          double correct_fraction = 1.0);
 
-/// Rows of a file list ("a.jsonl,b.jsonl") or, when `files` is empty, of the built-in task
+/// Rows of a file list ("a.jsonl,train.parquet"; a file starting with Parquet's magic "PAR1"
+/// is read as Parquet, any other as JSONL) or, when `files` is empty, of the built-in task
 /// (`task` arithmetic or char_count; `max_operand` is char_count's longest word).
 struct SyntheticTask {
   std::string task = "arithmetic";

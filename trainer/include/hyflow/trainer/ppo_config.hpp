@@ -30,7 +30,7 @@ struct SyntheticDataSection {
 
 /// data
 struct DataSection {
-  std::string train_files;  ///< JSONL, comma separated; empty: data.synthetic
+  std::string train_files;  ///< JSONL or Parquet, comma separated; empty: data.synthetic
   std::string val_files;
   std::string prompt_key = "prompt";
   int64_t max_prompt_length = 512;
