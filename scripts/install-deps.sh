@@ -20,6 +20,7 @@ packages=(
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
   python3-protobuf        # test_tensorboard_python reads the event files with Python's protobuf
   python3-matplotlib      # scripts/hyflow-plot: the panels of a run (PNG, SVG) for /usr/bin/python3
+  libcpp-httplib-dev      # hyflow::serve's HTTP server (chunked streaming, keep-alive, a thread pool)
   prometheus              # promtool and the server the metrics tests check the /metrics endpoints with
 )
 
