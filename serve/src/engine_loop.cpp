@@ -87,6 +87,7 @@ namespace {
 
 // Requests share a run when the engine would choose their tokens the same way.
 bool same_sampling(const GenerationSpec& a, const GenerationSpec& b, uint64_t default_seed) {
+  if (a.ignore_eos != b.ignore_eos) return false;
   if (a.sampling.is_greedy() || b.sampling.is_greedy()) return a.sampling.is_greedy() && b.sampling.is_greedy();
   return a.sampling.temperature == b.sampling.temperature && a.sampling.top_k == b.sampling.top_k &&
          a.sampling.top_p == b.sampling.top_p && a.sampling.min_p == b.sampling.min_p &&
@@ -233,7 +234,7 @@ void EngineLoop::run_once() {
   sampling.sampling = key.sampling;
   if (key.sampling.is_greedy()) sampling.sampling = cuda::SamplingOptions{.greedy = true};
   sampling.seed = key.seed.value_or(options_.seed);
-  sampling.eos_token_ids = options_.eos_token_ids;
+  if (!key.ignore_eos) sampling.eos_token_ids = options_.eos_token_ids;
   sampling.return_log_probs = true;
 
   std::vector<Slot> slots;                            // output index -> job and sample
@@ -285,8 +286,8 @@ void EngineLoop::run_once() {
   };
   hooks.on_token = [&](int64_t output, int64_t token, float log_prob) {
     const auto& slot = slots[static_cast<size_t>(output)];
-    const bool eos = std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(), token) !=
-                     options_.eos_token_ids.end();
+    const auto& ends = sampling.eos_token_ids;
+    const bool eos = std::find(ends.begin(), ends.end(), token) != ends.end();
     ++tokens_;
     return slot.job->push(slot.sample, token, log_prob, eos || stopping_flag_.load());
   };

@@ -109,6 +109,7 @@ void parse_sampling(const ojson& body, const RequestLimits& limits, SamplingRequ
     r.include_usage = boolean(so, "include_usage");
   }
   r.return_token_ids = boolean(body, "return_token_ids");
+  r.ignore_eos = boolean(body, "ignore_eos");
   r.user = string_field(body, "user");
   refuse_unless_neutral(body, "frequency_penalty", "the engine applies no penalties");
   refuse_unless_neutral(body, "presence_penalty", "the engine applies no penalties");

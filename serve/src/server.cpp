@@ -161,7 +161,8 @@ struct Server::Impl {
     call.id = (call.chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_time()) + "-" + std::to_string(next_id++);
     call.created = unix_time();
     call.job = loop.submit(GenerationSpec{.prompt = call.prompt_ids, .n = call.request.n, .max_tokens = max_tokens,
-                                          .sampling = call.request.sampling, .seed = call.request.seed});
+                                          .sampling = call.request.sampling, .seed = call.request.seed,
+                                          .ignore_eos = call.request.ignore_eos});
   }
 
   Call prepare_chat(const httplib::Request& req) {
@@ -200,7 +201,9 @@ struct Server::Impl {
   std::vector<ChoiceState> choices_of(const Call& call) const {
     std::vector<ChoiceState> out;
     for (int64_t i = 0; i < call.request.n; ++i) {
-      out.emplace_back(*tokenizer, call.stop, loop.options().eos_token_ids, call.parse_tools);
+      out.emplace_back(*tokenizer, call.stop,
+                       call.request.ignore_eos ? std::vector<int64_t>{} : loop.options().eos_token_ids,
+                       call.parse_tools);
     }
     return out;
   }
@@ -447,7 +450,7 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   im.http.new_task_queue = [threads] { return new BoundedPool(threads, threads); };
   im.http.set_payload_max_length(im.options.max_body_bytes);
   im.http.set_keep_alive_max_count(1000);
-  im.http.set_keep_alive_timeout(30);
+  im.http.set_keep_alive_timeout(10);
   im.http.set_read_timeout(10);
   im.http.set_write_timeout(10);
   im.routes();

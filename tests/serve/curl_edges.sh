@@ -38,7 +38,8 @@ head -c 4096 /dev/zero | tr '\0' ' ' >"$work/big"
 
 # A long stream, dropped after half a second.
 curl -s -N --max-time 0.5 "${auth[@]}" "${json[@]}" \
-  -d '{"prompt": "abc", "max_tokens": 4000, "temperature": 0, "stream": true}' "$base/v1/completions" \
+  -d '{"prompt": "abc", "max_tokens": 4000, "temperature": 0, "stream": true, "ignore_eos": true}' \
+  "$base/v1/completions" \
   >"$work/stream" || true
 grep -q '^data: {' "$work/stream" || fail "no event arrived before the disconnect"
 for _ in $(seq 1 50); do

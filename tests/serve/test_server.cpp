@@ -304,7 +304,8 @@ TEST_CASE("a weight update drains the engine: 503 + Retry-After or a queued wait
 TEST_CASE("a client that leaves mid-stream frees its slot at the next step") {
   ServedTiny s({}, {}, 16, 256);  // a wider model: 900 steps take far longer than noticing the client left
   httplib::Client c("127.0.0.1", s.server->port());
-  json body{{"prompt", "abc"}, {"max_tokens", 900}, {"temperature", 0}, {"stream", true}};
+  // ignore_eos: the stream runs to max_tokens unless the disconnect ends it.
+  json body{{"prompt", "abc"}, {"max_tokens", 900}, {"temperature", 0}, {"stream", true}, {"ignore_eos", true}};
   int chunks = 0;
   httplib::Request req;
   req.method = "POST";

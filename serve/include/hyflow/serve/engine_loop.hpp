@@ -48,6 +48,7 @@ struct GenerationSpec {
   int64_t max_tokens = 16;
   cuda::SamplingOptions sampling;
   std::optional<uint64_t> seed;  ///< set: the tokens depend on (seed, sample, step) only, as alone
+  bool ignore_eos = false;       ///< end tokens do not stop a sample
 };
 
 /// One chosen token of one sample; `last` marks the sample's final token.

@@ -40,6 +40,7 @@ struct SamplingRequest {
   bool stream = false;            ///< server-sent events
   bool include_usage = false;     ///< stream_options.include_usage: a last chunk with usage
   bool return_token_ids = false;  ///< vLLM's field: prompt_token_ids and each choice's token_ids
+  bool ignore_eos = false;        ///< vLLM's field: end tokens do not stop a sample (max_tokens does)
   std::string user;               ///< OpenAI's end-user id; tags the session when no X-Session-Id
 };
 
