@@ -86,6 +86,8 @@ class BoundedPool : public httplib::TaskQueue {
   bool shutdown_ = false;
 };
 
+constexpr int kListenBacklog = 1024;
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -100,6 +102,7 @@ struct Server::Impl {
   httplib::Server http;
   std::thread thread;
   int port = 0;
+  socket_t listen_socket = INVALID_SOCKET;
   std::atomic<uint64_t> next_id{0};
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizers::Tokenizer> t, ServeOptions o)
@@ -454,6 +457,10 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   im.http.set_read_timeout(10);
   im.http.set_write_timeout(10);
   im.routes();
+  im.http.set_socket_options([&im](socket_t sock) {
+    httplib::default_socket_options(sock);
+    im.listen_socket = sock;
+  });
   if (im.options.port == 0) {
     im.port = im.http.bind_to_any_port(im.options.host);
   } else {
@@ -462,6 +469,10 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   if (im.port <= 0) {
     throw Error("serve: cannot bind " + im.options.host + ":" + std::to_string(im.options.port));
   }
+  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
+  // clients connecting at once (32 agents starting a turn) overflows it and the dropped SYNs come
+  // back only after the client's 1 s retransmission timeout. A second listen() raises it.
+  if (im.listen_socket != INVALID_SOCKET) ::listen(im.listen_socket, kListenBacklog);
   im.thread = std::thread([&im] { im.http.listen_after_bind(); });
 }
 
