@@ -24,6 +24,12 @@ packages=(
   prometheus              # promtool and the server the metrics tests check the /metrics endpoints with
 )
 
+# node and npm for tests/serve/openai_npm.sh (the official `openai` client against hyflow-serve);
+# Debian's when the machine has none (a NodeSource nodejs already carries npm).
+if ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

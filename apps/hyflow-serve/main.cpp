@@ -76,6 +76,7 @@ int serve_main(const po::variables_map& vm) {
   options.limits.default_max_tokens = std::min(options.limits.default_max_tokens, options.limits.max_tokens);
   options.chat.chat_template = template_named(vm["chat-template"].as<std::string>());
   options.reject_during_weight_update = vm["reject-during-weight-update"].as<bool>();
+  options.stream_interval_ms = vm["stream-interval-ms"].as<int>();
 
   // Ends of an assistant turn: the tokenizer's and the model's end tokens, and the template's
   // end marker: a token when the tokenizer has one, else a stop string.
@@ -146,6 +147,8 @@ int main(int argc, char** argv) {
       ("kv-cache-bytes", po::value<int64_t>()->default_value(0), "cap of the KV pool in bytes (0: none)")
       ("reject-during-weight-update", po::bool_switch()->default_value(false),
        "answer 503 + Retry-After during a weight update instead of queueing")
+      ("stream-interval-ms", po::value<int>()->default_value(0),
+       "streaming: gather tokens this long after a chunk's first (0: a chunk per step)")
       ("seed", po::value<uint64_t>()->default_value(0), "seed of requests without one, and of --tiny's weights");
   po::variables_map vm;
   try {

@@ -9,6 +9,9 @@
 #include <hyflow/serve/api_error.hpp>
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -295,6 +298,10 @@ struct Server::Impl {
           auto& call = st->call;
           std::vector<TokenEvent> events;
           const bool more = call.job->take(events, std::chrono::milliseconds(200));
+          if (more && options.stream_interval_ms > 0 && !call.job->done()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(options.stream_interval_ms));
+            call.job->take(events, std::chrono::milliseconds(0));
+          }
           feed(call, st->choices, events);
           std::string out;
           auto emit = [&](const ojson& j) { out += "data: " + dump(j) + "\n\n"; };
@@ -459,6 +466,10 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   im.routes();
   im.http.set_socket_options([&im](socket_t sock) {
     httplib::default_socket_options(sock);
+    // Accepted sockets inherit TCP_NODELAY: a server-sent event is written as soon as it is made,
+    // not held back by Nagle's algorithm until the previous one is acknowledged.
+    const int on = 1;
+    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     im.listen_socket = sock;
   });
   if (im.options.port == 0) {

@@ -33,6 +33,10 @@ struct ServeOptions {
   std::vector<std::string> chat_stop;
   /// While a weight update drains the engine: true answers 503 with Retry-After, false queues.
   bool reject_during_weight_update = false;
+  /// Streaming: after a chunk's first token, wait this long for more before writing (vLLM's
+  /// stream interval; fewer, larger chunks cost less CPU per token when many clients stream).
+  /// 0: a chunk per engine step.
+  int stream_interval_ms = 0;
   int retry_after_s = 1;
   SessionStoreOptions sessions;
 };
