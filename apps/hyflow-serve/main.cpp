@@ -13,8 +13,8 @@
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
 
-#include <boost/program_options.hpp>
 #include <torch/torch.h>
+#include <boost/program_options.hpp>
 
 #include <csignal>
 #include <filesystem>
@@ -43,8 +43,8 @@ std::pair<hyflow::models::CausalLM, std::shared_ptr<const hyflow::tokenizers::To
   o.alphabet += "\n";
   auto tokenizer = std::make_shared<hyflow::tokenizers::CharTokenizer>(o);
   torch::manual_seed(seed);
-  hyflow::models::CausalLM model(hyflow::models::tiny_config(tokenizer->vocab_size(), tokenizer->pad_token_id(),
-                                                             tokenizer->eos_token_id()));
+  hyflow::models::CausalLM model(
+      hyflow::models::tiny_config(tokenizer->vocab_size(), tokenizer->pad_token_id(), tokenizer->eos_token_id()));
   model->eval();
   return {model, tokenizer};
 }
@@ -127,6 +127,7 @@ int serve_main(const po::variables_map& vm) {
 
 int main(int argc, char** argv) {
   po::options_description desc("hyflow-serve options");
+  // clang-format off
   desc.add_options()
       ("help", "this help")
       ("model", po::value<std::string>(), "Hugging Face model folder (config.json, safetensors, tokenizer)")
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
       ("stream-interval-ms", po::value<int>()->default_value(0),
        "streaming: gather tokens this long after a chunk's first (0: a chunk per step)")
       ("seed", po::value<uint64_t>()->default_value(0), "seed of requests without one, and of --tiny's weights");
+  // clang-format on
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);

@@ -63,8 +63,8 @@ struct ClientResult {
 ClientResult stream_one(int port, const std::vector<int64_t>& prompt, int64_t max_tokens) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(300);
-  const nlohmann::json body{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-                            {"stream", true}, {"return_token_ids", true}};
+  const nlohmann::json body{
+      {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}, {"return_token_ids", true}};
   ClientResult r;
   const auto t0 = Clock::now();
   auto last = t0;
@@ -129,8 +129,11 @@ int main(int argc, char** argv) {
   for (int clients : {1, 8, 32}) {
     std::vector<inference::DecodeRequest> reqs;
     for (int i = 0; i < clients; ++i) {
-      reqs.push_back({.prompt = prompts[static_cast<size_t>(i)], .positions = {}, .n = 1,
-                      .max_new_tokens = max_tokens, .first_row_id = 0});
+      reqs.push_back({.prompt = prompts[static_cast<size_t>(i)],
+                      .positions = {},
+                      .n = 1,
+                      .max_new_tokens = max_tokens,
+                      .first_row_id = 0});
     }
     // Rounds of (engine alone, then the server), each ratio taken within its round; the median
     // round is reported (the machine is shared: back-to-back pairs see the same load).
@@ -173,9 +176,8 @@ int main(int argc, char** argv) {
       r.served_tps = static_cast<double>(tokens) / seconds_since(t0);
       rounds.push_back(std::move(r));
     }
-    std::sort(rounds.begin(), rounds.end(), [](const Round& a, const Round& b) {
-      return a.served_tps / a.direct_tps < b.served_tps / b.direct_tps;
-    });
+    std::sort(rounds.begin(), rounds.end(),
+              [](const Round& a, const Round& b) { return a.served_tps / a.direct_tps < b.served_tps / b.direct_tps; });
     const auto& median = rounds[rounds.size() / 2];
     const double served_tps = median.served_tps, direct_tps = median.direct_tps, step_s = median.step_s;
     const auto& ttft = median.ttft;

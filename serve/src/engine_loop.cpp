@@ -138,8 +138,8 @@ std::shared_ptr<GenerationJob> EngineLoop::submit(GenerationSpec spec) {
   }
   for (auto id : spec.prompt) {
     if (id < 0 || id >= vocab_) {
-      throw bad_request("prompt", "token id " + std::to_string(id) + " is outside the vocabulary of " +
-                                      std::to_string(vocab_));
+      throw bad_request("prompt",
+                        "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_));
     }
   }
   cuda::validate(spec.sampling);
@@ -237,7 +237,7 @@ void EngineLoop::run_once() {
   if (!key.ignore_eos) sampling.eos_token_ids = options_.eos_token_ids;
   sampling.return_log_probs = true;
 
-  std::vector<Slot> slots;                            // output index -> job and sample
+  std::vector<Slot> slots;                           // output index -> job and sample
   std::vector<std::shared_ptr<GenerationJob>> jobs;  // admitted in this run
   int64_t admitted = 0;
   inference::DecodeHooks hooks;
@@ -265,7 +265,9 @@ void EngineLoop::run_once() {
         continue;
       }
       const auto& spec = job->spec_;
-      inference::DecodeRequest r{.prompt = spec.prompt, .positions = {}, .n = spec.n,
+      inference::DecodeRequest r{.prompt = spec.prompt,
+                                 .positions = {},
+                                 .n = spec.n,
                                  .max_new_tokens = spec.max_tokens,
                                  .first_row_id = spec.seed ? 0 : static_cast<int64_t>(next_row_id_)};
       if (!spec.seed) next_row_id_ += static_cast<uint64_t>(spec.n);

@@ -76,8 +76,8 @@ void parse_sampling(const ojson& body, const RequestLimits& limits, SamplingRequ
   if (present(body, "top_k")) r.sampling.top_k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max());
   if (present(body, "min_p")) r.sampling.min_p = number(body, "min_p", 0.0, 1.0);
   if (present(body, "seed")) {
-    r.seed = static_cast<uint64_t>(integer(body, "seed", std::numeric_limits<int64_t>::min(),
-                                           std::numeric_limits<int64_t>::max()));
+    r.seed = static_cast<uint64_t>(
+        integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   }
   if (present(body, "stop")) {
     const auto& stop = body.at("stop");
@@ -176,8 +176,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const Request
   parse_sampling(body, limits, r);
   if (body.contains("logprobs") && !body.at("logprobs").is_null()) r.logprobs = boolean(body, "logprobs");
   if (present(body, "top_logprobs") && integer(body, "top_logprobs", 0, 20) > 0) {
-    throw bad_request("top_logprobs", "top_logprobs > 0 is not supported: the engine returns the sampled token's "
-                                      "log-prob only (logprobs: true)");
+    throw bad_request("top_logprobs",
+                      "top_logprobs > 0 is not supported: the engine returns the sampled token's "
+                      "log-prob only (logprobs: true)");
   }
   if (!body.contains("messages")) throw bad_request("messages", "messages is required");
   const auto& messages = body.at("messages");
@@ -196,8 +197,8 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const Request
     auto role = m.at("role").get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      throw bad_request(where + ".role", where + ".role must be system, developer, user, assistant or tool, got \"" +
-                                            role + "\"");
+      throw bad_request(where + ".role",
+                        where + ".role must be system, developer, user, assistant or tool, got \"" + role + "\"");
     }
     r.messages.push_back({.role = role, .content = content_of(m, where), .tool_calls = tool_calls_of(m, where)});
     if (!r.messages.back().tool_calls.empty() && role != "assistant") {
@@ -227,8 +228,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const Request
     if (c == "none") {
       r.tool_choice_none = true;
     } else if (c != "auto") {
-      throw bad_request("tool_choice", "tool_choice must be \"auto\" or \"none\": the server does not constrain "
-                                       "decoding to force a call");
+      throw bad_request("tool_choice",
+                        "tool_choice must be \"auto\" or \"none\": the server does not constrain "
+                        "decoding to force a call");
     }
   }
   return r;
@@ -242,8 +244,9 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, c
     if (lp.is_boolean()) {
       r.logprobs = lp.get<bool>();
     } else if (integer(body, "logprobs", 0, 5) > 0) {
-      throw bad_request("logprobs", "logprobs > 0 (top alternatives) is not supported: logprobs 0 returns the "
-                                    "sampled tokens' log-probs");
+      throw bad_request("logprobs",
+                        "logprobs > 0 (top alternatives) is not supported: logprobs 0 returns the "
+                        "sampled tokens' log-probs");
     } else {
       r.logprobs = true;
     }

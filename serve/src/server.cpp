@@ -141,9 +141,9 @@ struct Server::Impl {
 
   void check_model(const std::string& model) const {
     if (!model.empty() && model != options.served_model_name) {
-      throw ApiError(404, "not_found_error", "model",
-                     "the model '" + model + "' does not exist; this server serves '" +
-                         options.served_model_name + "'");
+      throw ApiError(
+          404, "not_found_error", "model",
+          "the model '" + model + "' does not exist; this server serves '" + options.served_model_name + "'");
     }
   }
 
@@ -166,8 +166,11 @@ struct Server::Impl {
     }
     call.id = (call.chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_time()) + "-" + std::to_string(next_id++);
     call.created = unix_time();
-    call.job = loop.submit(GenerationSpec{.prompt = call.prompt_ids, .n = call.request.n, .max_tokens = max_tokens,
-                                          .sampling = call.request.sampling, .seed = call.request.seed,
+    call.job = loop.submit(GenerationSpec{.prompt = call.prompt_ids,
+                                          .n = call.request.n,
+                                          .max_tokens = max_tokens,
+                                          .sampling = call.request.sampling,
+                                          .seed = call.request.seed,
                                           .ignore_eos = call.request.ignore_eos});
   }
 
@@ -229,7 +232,8 @@ struct Server::Impl {
 
   void record(const Call& call, const ChoiceState& c) {
     if (call.session.empty()) return;
-    sessions.record(call.session, Turn{.prompt_ids = call.prompt_ids, .completion_ids = c.tokens(),
+    sessions.record(call.session, Turn{.prompt_ids = call.prompt_ids,
+                                       .completion_ids = c.tokens(),
                                        .completion_log_probs = c.log_probs(),
                                        .weight_version = call.job->weight_version()});
   }
@@ -330,8 +334,8 @@ struct Server::Impl {
               }
               choice["finish_reason"] = ended ? ojson(c.finish_reason()) : ojson(nullptr);
               if (call.request.return_token_ids) {
-                choice["token_ids"] = std::vector<int64_t>(c.tokens().begin() + static_cast<std::ptrdiff_t>(from),
-                                                           c.tokens().end());
+                choice["token_ids"] =
+                    std::vector<int64_t>(c.tokens().begin() + static_cast<std::ptrdiff_t>(from), c.tokens().end());
               }
               st->sent_tokens[i] = c.tokens().size();
               if (ended) c.mark_end_sent();
@@ -455,8 +459,8 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   if (im.options.port < 0 || im.options.port > 65535) {
     throw ValueError("serve: port must be in [0, 65535], got " + std::to_string(im.options.port));
   }
-  const auto threads = static_cast<size_t>(im.options.threads > 0 ? im.options.threads
-                                                                  : loop.options().max_in_flight + 8);
+  const auto threads =
+      static_cast<size_t>(im.options.threads > 0 ? im.options.threads : loop.options().max_in_flight + 8);
   im.http.new_task_queue = [threads] { return new BoundedPool(threads, threads); };
   im.http.set_payload_max_length(im.options.max_body_bytes);
   im.http.set_keep_alive_max_count(1000);

@@ -84,8 +84,12 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
       }
     }
     if (extended == nullptr) {
-      rows.push_back(Row{.prompt = turn.prompt_ids, .response = {}, .context = turn.prompt_ids, .log_probs = {},
-                         .mask = {}, .versions = {}});
+      rows.push_back(Row{.prompt = turn.prompt_ids,
+                         .response = {},
+                         .context = turn.prompt_ids,
+                         .log_probs = {},
+                         .mask = {},
+                         .versions = {}});
       extended = &rows.back();
     }
     auto& row = *extended;

@@ -63,8 +63,9 @@ TEST_CASE("chat requests: fields are read, bad ones are 400 naming the field") {
   REQUIRE(r.messages.size() == 1);
   CHECK(r.messages[0].content == "hi");
 
-  CHECK(api_error_of([&] { parse_chat_request(chat({{"temperature", "hot"}}), limits); }) ==
-        std::pair<int, std::string>{400, "temperature"});
+  CHECK(api_error_of([&] {
+          parse_chat_request(chat({{"temperature", "hot"}}), limits);
+        }) == std::pair<int, std::string>{400, "temperature"});
   CHECK(api_error_of([&] { parse_chat_request(chat({{"n", 99}}), limits); }).second == "n");
   CHECK(api_error_of([&] { parse_chat_request(chat({{"max_tokens", 0}}), limits); }).second == "max_tokens");
   CHECK(api_error_of([&] { parse_chat_request(chat({{"messages", ojson::array()}}), limits); }).second == "messages");
@@ -72,13 +73,14 @@ TEST_CASE("chat requests: fields are read, bad ones are 400 naming the field") {
           parse_chat_request(chat({{"messages", ojson::array({{{"role", "wizard"}, {"content", "x"}}})}}), limits);
         }).second == "messages[0].role");
   CHECK(api_error_of([&] { parse_chat_request(chat({{"tools", ojson::array({1})}}), limits); }).second == "tools[0]");
-  CHECK(api_error_of([&] { parse_chat_request(chat({{"tool_choice", "required"}}), limits); }).second ==
-        "tool_choice");
-  CHECK(api_error_of([&] { parse_chat_request(chat({{"frequency_penalty", 0.5}}), limits); }).second ==
-        "frequency_penalty");
+  CHECK(api_error_of([&] { parse_chat_request(chat({{"tool_choice", "required"}}), limits); }).second == "tool_choice");
+  CHECK(api_error_of([&] {
+          parse_chat_request(chat({{"frequency_penalty", 0.5}}), limits);
+        }).second == "frequency_penalty");
   CHECK(api_error_of([&] { parse_chat_request(chat({{"top_logprobs", 3}}), limits); }).second == "top_logprobs");
-  CHECK(api_error_of([&] { parse_chat_request(chat({{"stop", ojson::array({"a", "b", "c", "d", "e"})}}), limits); })
-            .second == "stop");
+  CHECK(api_error_of([&] {
+          parse_chat_request(chat({{"stop", ojson::array({"a", "b", "c", "d", "e"})}}), limits);
+        }).second == "stop");
   limits.max_messages = 1;
   auto two = chat({});
   two["messages"].push_back({{"role", "assistant"}, {"content", "x"}});
@@ -103,8 +105,9 @@ TEST_CASE("chat messages: content parts, developer role, assistant tool calls") 
   REQUIRE(r.messages[2].tool_calls.size() == 1);
   CHECK(r.messages[2].tool_calls[0].arguments.at("city") == "Oslo");
   messages[2]["tool_calls"][0]["function"]["arguments"] = "{not json";
-  CHECK(api_error_of([&] { parse_chat_request(chat({{"messages", messages}}), {}); }).second ==
-        "messages[2].tool_calls");
+  CHECK(api_error_of([&] {
+          parse_chat_request(chat({{"messages", messages}}), {});
+        }).second == "messages[2].tool_calls");
 }
 
 TEST_CASE("completion requests: text or token ids, one prompt") {
@@ -181,14 +184,16 @@ TEST_CASE("a choice streams nothing that could still be a stop string, a tool ca
 
 TEST_CASE("a session becomes rows: turns that extend the context chain, others start a row") {
   Session s{.id = "s", .turns = {}};
-  s.turns.push_back({.prompt_ids = {10, 11}, .completion_ids = {20, 21}, .completion_log_probs = {-1, -2},
-                     .weight_version = 3});
+  s.turns.push_back(
+      {.prompt_ids = {10, 11}, .completion_ids = {20, 21}, .completion_log_probs = {-1, -2}, .weight_version = 3});
   // The next turn's prompt: the context, a tool result (30, 31) the model did not write.
-  s.turns.push_back({.prompt_ids = {10, 11, 20, 21, 30, 31}, .completion_ids = {22}, .completion_log_probs = {-3},
+  s.turns.push_back({.prompt_ids = {10, 11, 20, 21, 30, 31},
+                     .completion_ids = {22},
+                     .completion_log_probs = {-3},
                      .weight_version = 4});
   // A sibling of the first turn (n = 2): a row of its own.
-  s.turns.push_back({.prompt_ids = {10, 11}, .completion_ids = {25}, .completion_log_probs = {-4},
-                     .weight_version = 3});
+  s.turns.push_back(
+      {.prompt_ids = {10, 11}, .completion_ids = {25}, .completion_log_probs = {-4}, .weight_version = 3});
   auto dp = session_to_data_proto(s, 0);
   REQUIRE(dp.batch.at("prompts").size(0) == 2);
   CHECK(torch::equal(dp.batch.at("prompts"), torch::tensor({10, 11, 10, 11}, torch::kLong).reshape({2, 2})));

@@ -6,8 +6,8 @@
 
 #include <hyflow/tokenizers/chat_template.hpp>
 
-#include <catch2/catch.hpp>
 #include <httplib.h>
+#include <catch2/catch.hpp>
 
 #include <future>
 #include <latch>
@@ -35,8 +35,14 @@ json post(httplib::Client& c, const std::string& path, const json& body, int exp
 }
 
 std::vector<std::vector<int64_t>> prompts(const tokenizers::Tokenizer& tok) {
-  return {tok.encode("1+2="), tok.encode("hello there"), tok.encode("a"), tok.encode("The quick brown fox jumps"),
-          tok.encode("x*y=12;"), tok.encode("??"), tok.encode("OpenAI compatible"), tok.encode("3-1=")};
+  return {tok.encode("1+2="),
+          tok.encode("hello there"),
+          tok.encode("a"),
+          tok.encode("The quick brown fox jumps"),
+          tok.encode("x*y=12;"),
+          tok.encode("??"),
+          tok.encode("OpenAI compatible"),
+          tok.encode("3-1=")};
 }
 
 // What the engine alone gives for the prompts in one batch (greedy, max_new_tokens 20, eos 2).
@@ -55,8 +61,7 @@ std::vector<std::vector<int64_t>> direct(ServedTiny& s, const std::vector<std::v
 }
 
 json completion(const std::vector<int64_t>& prompt) {
-  return {{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"return_token_ids", true},
-          {"logprobs", 0}};
+  return {{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"return_token_ids", true}, {"logprobs", 0}};
 }
 
 }  // namespace
@@ -98,12 +103,9 @@ TEST_CASE("greedy completions through the server equal DecodeEngine::run, alone 
 TEST_CASE("chat: the template's prompt ids, OpenAI's shape, tools rendered, n choices, seeds repeat") {
   ServedTiny s;
   auto c = client(s);
-  json body{{"model", "tiny"},
-            {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
-            {"max_tokens", 12},
-            {"temperature", 0},
-            {"return_token_ids", true},
-            {"logprobs", true}};
+  json body{{"model", "tiny"},          {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+            {"max_tokens", 12},         {"temperature", 0},
+            {"return_token_ids", true}, {"logprobs", true}};
   const auto r = post(c, "/v1/chat/completions", body);
   const auto expected_prompt =
       s.tokenizer->encode(tokenizers::apply_chatml({{.role = "user", .content = "What is 2+2?"}}));
@@ -116,8 +118,8 @@ TEST_CASE("chat: the template's prompt ids, OpenAI's shape, tools rendered, n ch
   CHECK(choice["logprobs"]["content"].size() == choice["token_ids"].size());
   CHECK((choice["finish_reason"] == "stop" || choice["finish_reason"] == "length"));
 
-  json tools = json::array({{{"type", "function"},
-                             {"function", {{"name", "add"}, {"parameters", {{"type", "object"}}}}}}});
+  json tools =
+      json::array({{{"type", "function"}, {"function", {{"name", "add"}, {"parameters", {{"type", "object"}}}}}}});
   body["tools"] = tools;
   const auto with_tools = post(c, "/v1/chat/completions", body);
   const auto rendered = s.tokenizer->decode(with_tools["prompt_token_ids"].get<std::vector<int64_t>>());
@@ -127,8 +129,12 @@ TEST_CASE("chat: the template's prompt ids, OpenAI's shape, tools rendered, n ch
   const auto no_tools = post(c, "/v1/chat/completions", body);
   CHECK(no_tools["prompt_token_ids"] == r["prompt_token_ids"]);
 
-  json sampled{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"n", 3}, {"max_tokens", 8},
-               {"temperature", 1.0}, {"seed", 42}, {"return_token_ids", true}};
+  json sampled{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"n", 3},
+               {"max_tokens", 8},
+               {"temperature", 1.0},
+               {"seed", 42},
+               {"return_token_ids", true}};
   const auto a = post(c, "/v1/chat/completions", sampled);
   const auto b = post(c, "/v1/chat/completions", sampled);
   REQUIRE(a["choices"].size() == 3);
@@ -185,17 +191,21 @@ TEST_CASE("sessions: tagged turns come back as one DataProto row with the model'
   ServedTiny s;
   auto c = client(s);
   const auto p1 = s.tokenizer->encode("Q: 1+1? A:");
-  const auto r1 = post(c, "/v1/completions",
-                       {{"prompt", p1}, {"max_tokens", 5}, {"temperature", 0}, {"return_token_ids", true}}, 200,
-                       {{"X-Session-Id", "episode-7"}});
+  const auto r1 =
+      post(c, "/v1/completions", {{"prompt", p1}, {"max_tokens", 5}, {"temperature", 0}, {"return_token_ids", true}},
+           200, {{"X-Session-Id", "episode-7"}});
   auto p2 = p1;
   const auto out1 = r1["choices"][0]["token_ids"].get<std::vector<int64_t>>();
   p2.insert(p2.end(), out1.begin(), out1.end());
   const auto tool = s.tokenizer->encode(" [tool: 2] ");
   p2.insert(p2.end(), tool.begin(), tool.end());
   const auto r2 = post(c, "/v1/completions",
-                       {{"prompt", p2}, {"max_tokens", 4}, {"temperature", 0}, {"return_token_ids", true},
-                        {"logprobs", 0}, {"user", "episode-7"}});
+                       {{"prompt", p2},
+                        {"max_tokens", 4},
+                        {"temperature", 0},
+                        {"return_token_ids", true},
+                        {"logprobs", 0},
+                        {"user", "episode-7"}});
   const auto out2 = r2["choices"][0]["token_ids"].get<std::vector<int64_t>>();
   auto dp = s.server->collect_session("episode-7");
   REQUIRE(dp);
@@ -223,8 +233,8 @@ TEST_CASE("errors are OpenAI error objects with the right status") {
   REQUIRE(bad);
   CHECK(bad->status == 400);
   CHECK(json::parse(bad->body)["error"]["type"] == "invalid_request_error");
-  const auto field = post(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                                      {"temperature", -1}}, 400);
+  const auto field =
+      post(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"temperature", -1}}, 400);
   CHECK(field["error"]["param"] == "temperature");
   const auto ids = post(c, "/v1/completions", {{"prompt", {1, 100000}}}, 400);
   CHECK(ids["error"]["param"] == "prompt");

@@ -17,10 +17,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -35,10 +35,10 @@ struct EngineLoopOptions {
   /// Positions (prompt + max_tokens) a request may reach; the KV pool of each run is sized for
   /// the engine's max_batch sequences of this length (DecodeHooks::reserve_positions).
   int64_t max_positions = 1024;
-  int64_t max_in_flight = 64;            ///< requests queued or running; submit() beyond is an ApiError 429
-  int64_t max_requests_per_run = 4096;   ///< then the run stops admitting, drains and frees its outputs
-  std::vector<int64_t> eos_token_ids;    ///< a sample stops after one of these
-  uint64_t seed = 0;                     ///< the seed of requests that bring none
+  int64_t max_in_flight = 64;           ///< requests queued or running; submit() beyond is an ApiError 429
+  int64_t max_requests_per_run = 4096;  ///< then the run stops admitting, drains and frees its outputs
+  std::vector<int64_t> eos_token_ids;   ///< a sample stops after one of these
+  uint64_t seed = 0;                    ///< the seed of requests that bring none
 };
 
 /// What one request asks of the engine.
@@ -159,7 +159,7 @@ class EngineLoop {
   std::atomic<int64_t> tokens_{0};
   std::exception_ptr update_error_;
   const std::function<void(models::CausalLM&)>* update_ = nullptr;  // the waiting weight update
-  int64_t update_done_ = 0;                                          // updates applied
+  int64_t update_done_ = 0;                                         // updates applied
   int64_t version_ = 0;
   uint64_t next_row_id_ = 0;
   EngineLoopStats stats_;

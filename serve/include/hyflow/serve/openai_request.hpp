@@ -21,11 +21,11 @@ struct RequestLimits {
   size_t max_messages = 256;
   size_t max_tools = 64;
   int64_t max_n = 16;
-  size_t max_stop = 4;                ///< stop strings
-  size_t max_stop_chars = 64;         ///< bytes of one stop string
-  int64_t max_tokens = 1024;          ///< largest max_tokens accepted
-  int64_t default_max_tokens = 256;   ///< when the request sets none (cut to what the context leaves)
-  size_t max_prompt_tokens = 4096;    ///< token ids of a completion prompt
+  size_t max_stop = 4;               ///< stop strings
+  size_t max_stop_chars = 64;        ///< bytes of one stop string
+  int64_t max_tokens = 1024;         ///< largest max_tokens accepted
+  int64_t default_max_tokens = 256;  ///< when the request sets none (cut to what the context leaves)
+  size_t max_prompt_tokens = 4096;   ///< token ids of a completion prompt
 };
 
 /// What both endpoints share: how many samples, how long, how they are chosen, what comes back.

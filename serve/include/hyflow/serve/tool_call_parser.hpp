@@ -16,7 +16,7 @@ struct ParsedToolCall {
 };
 
 struct ParsedOutput {
-  std::string content;                    ///< the text outside the blocks, trimmed (all of it when no calls)
+  std::string content;                     ///< the text outside the blocks, trimmed (all of it when no calls)
   std::vector<ParsedToolCall> tool_calls;  ///< empty: no call, or a malformed one (then content is the whole text)
 };
 
