@@ -35,4 +35,5 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/hyflowConfigVersion.cmake
   ${CMAKE_CURRENT_SOURCE_DIR}/cmake/FindCAF.cmake
   ${CMAKE_CURRENT_SOURCE_DIR}/cmake/FindNCCL.cmake
+  ${CMAKE_CURRENT_SOURCE_DIR}/cmake/FindCppHttplib.cmake
   DESTINATION ${HYFLOW_CMAKE_DIR})

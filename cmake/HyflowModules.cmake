@@ -5,8 +5,8 @@
 # component with exactly its modules and packages.
 
 # Build order: a module only links modules listed before it.
-set(HYFLOW_ALL_MODULES core metrics dataproto actors cluster algos parallel tokenizers cuda models inference rollout workers
-    tracking trainer apps)
+set(HYFLOW_ALL_MODULES core metrics dataproto actors cluster algos parallel tokenizers cuda models inference serve rollout
+    workers tracking trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_metrics core)
@@ -19,11 +19,12 @@ set(HYFLOW_MODULE_DEPS_cuda core)
 set(HYFLOW_MODULE_DEPS_models cuda dataproto)
 set(HYFLOW_MODULE_DEPS_inference models cuda)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
+set(HYFLOW_MODULE_DEPS_serve inference tokenizers metrics)
 set(HYFLOW_MODULE_DEPS_rollout inference models)
 set(HYFLOW_MODULE_DEPS_workers actors rollout inference models algos parallel)
 set(HYFLOW_MODULE_DEPS_tracking core metrics)
 set(HYFLOW_MODULE_DEPS_trainer workers tokenizers algos cluster tracking)
-set(HYFLOW_MODULE_DEPS_apps trainer cluster)
+set(HYFLOW_MODULE_DEPS_apps trainer cluster serve)
 
 # Packages per module, as find_package()/find_dependency() arguments with "|" for spaces.
 set(HYFLOW_MODULE_PACKAGES_core "nlohmann_json|3.10")
@@ -37,6 +38,7 @@ set(HYFLOW_MODULE_PACKAGES_cuda "Torch")
 set(HYFLOW_MODULE_PACKAGES_models "Torch")
 set(HYFLOW_MODULE_PACKAGES_inference "Torch;OpenMP|COMPONENTS|CXX")
 set(HYFLOW_MODULE_PACKAGES_algos "Torch")
+set(HYFLOW_MODULE_PACKAGES_serve "Torch;CppHttplib")
 set(HYFLOW_MODULE_PACKAGES_rollout "Torch")
 set(HYFLOW_MODULE_PACKAGES_workers "Torch")
 set(HYFLOW_MODULE_PACKAGES_tracking "Protobuf")

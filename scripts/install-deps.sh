@@ -21,8 +21,15 @@ packages=(
   python3-torch           # Python/PyTorch peers measured by bench/ in the same run
   python3-protobuf        # test_tensorboard_python reads the event files with Python's protobuf
   python3-matplotlib      # scripts/hyflow-plot: the panels of a run (PNG, SVG) for /usr/bin/python3
+  libcpp-httplib-dev      # hyflow::serve's HTTP server (chunked streaming, keep-alive, a thread pool)
   prometheus              # promtool and the server the metrics tests check the /metrics endpoints with
 )
+
+# node and npm for tests/serve/openai_npm.sh (the official `openai` client against hyflow-serve);
+# Debian's when the machine has none (a NodeSource nodejs already carries npm).
+if ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

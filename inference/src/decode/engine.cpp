@@ -316,7 +316,21 @@ void grow(std::vector<float>& v, int64_t n) {
 
 std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& requests,
                                             const DecodeSampling& sampling) {
+  return run(requests, sampling, DecodeHooks{});
+}
+
+std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests, const DecodeSampling& sampling,
+                                            const DecodeHooks& hooks) {
   c10::InferenceMode inference;
+  if (hooks.reserve_positions < 0) {
+    throw ValueError("DecodeEngine: reserve_positions must be >= 0, got " + std::to_string(hooks.reserve_positions));
+  }
+  if (hooks.admit && hooks.reserve_positions == 0) {
+    throw ValueError("DecodeEngine: admitting requests during a run needs reserve_positions > 0");
+  }
+  if (hooks.reserve_positions > 0 && options_.max_batch <= 0) {
+    throw ValueError("DecodeEngine: reserve_positions needs max_batch > 0 (the sequences the pool is sized for)");
+  }
   cuda::validate(sampling.sampling);
   auto& st = *state_;
   if (st.aten ? !supports(model_) : !kernels_support(model_)) {
@@ -354,8 +368,7 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
 
   // ---- check the requests, size the cache and the rotary tables ----
   int64_t total_samples = 0, max_len = 0, max_pos = 0, max_n = 1;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
+  auto check = [&](const DecodeRequest& r, size_t i) {
     const auto where = "DecodeEngine: request " + std::to_string(i);
     if (r.prompt.empty()) throw ValueError(where + " has an empty prompt");
     if (r.n <= 0) throw ValueError(where + ": n must be > 0, got " + std::to_string(r.n));
@@ -378,14 +391,31 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       if (p < 0) throw ValueError(where + ": negative position " + std::to_string(p));
       max_pos = std::max(max_pos, p);
     }
+    if (hooks.reserve_positions > 0 &&
+        (len + r.max_new_tokens > hooks.reserve_positions || last_pos + r.max_new_tokens >= hooks.reserve_positions)) {
+      throw ValueError(where + ": " + std::to_string(len) + " prompt + " + std::to_string(r.max_new_tokens) +
+                       " new tokens exceed the run's reserve_positions " + std::to_string(hooks.reserve_positions));
+    }
+    if (hooks.reserve_positions > 0 && r.n > options_.max_batch) {
+      throw ValueError(where + ": n " + std::to_string(r.n) + " exceeds max_batch " +
+                       std::to_string(options_.max_batch));
+    }
     max_pos = std::max(max_pos, last_pos + r.max_new_tokens);
     max_len = std::max(max_len, len + r.max_new_tokens);
-    total_samples += r.n;
-    max_n = std::max(max_n, r.n);
+  };
+  for (size_t i = 0; i < requests.size(); ++i) {
+    check(requests[i], i);
+    total_samples += requests[i].n;
+    max_n = std::max(max_n, requests[i].n);
   }
   std::vector<DecodeOutput> outputs(static_cast<size_t>(total_samples));
-  if (requests.empty()) return outputs;
-  const int64_t max_batch = std::max(options_.max_batch > 0 ? options_.max_batch : total_samples, max_n);
+  if (requests.empty() && hooks.reserve_positions == 0) return outputs;
+  // A run with reserve_positions is sized for max_batch sequences of that many positions, whatever joins later.
+  max_len = std::max(max_len, hooks.reserve_positions);
+  max_pos = std::max(max_pos, hooks.reserve_positions);
+  const int64_t max_batch = hooks.reserve_positions > 0
+                                ? options_.max_batch
+                                : std::max(options_.max_batch > 0 ? options_.max_batch : total_samples, max_n);
 
   // ---- size the KV pool ----
   // The blocks a request's samples can hold at once: each reaches prompt + max_new_tokens
@@ -395,15 +425,18 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
   stats_.kv_block_bytes = block_bytes;
   std::vector<int64_t> own_blocks(requests.size()), shared_blocks(requests.size());
-  int64_t all_at_once = 0, largest_need = 0;
-  size_t largest = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
+  auto size_blocks = [&](const DecodeRequest& r, size_t i) {
     const auto len = static_cast<int64_t>(r.prompt.size());
     const int64_t reach = (len + r.max_new_tokens + bs - 1) / bs;
     shared_blocks[i] = options_.share_prefix ? len / bs : 0;
     own_blocks[i] = reach - shared_blocks[i];
-    const int64_t need = shared_blocks[i] + r.n * own_blocks[i];
+    return shared_blocks[i] + r.n * own_blocks[i];
+  };
+  int64_t all_at_once = 0, largest_need = 0;
+  size_t largest = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    const int64_t need = size_blocks(r, i);
     all_at_once += need;
     if (need > largest_need) {
       largest_need = need;
@@ -411,7 +444,8 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
     }
   }
   // Every live sequence holds at most ceil(max_len / bs) blocks, and sharing only lowers that.
-  int64_t blocks = std::min(max_batch * ((max_len + bs - 1) / bs), all_at_once);
+  int64_t blocks = max_batch * ((max_len + bs - 1) / bs);
+  if (hooks.reserve_positions == 0) blocks = std::min(blocks, all_at_once);
   const int64_t held_bytes = kv_pool_bytes();
   int64_t budget = options_.kv_cache_bytes;
   if (options_.gpu_memory_utilization > 0.0) {
@@ -617,7 +651,29 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
   int64_t reserved = 0;                        // blocks the admitted requests can reach
   std::vector<int64_t> unfinished(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) unfinished[i] = requests[i].n;
-  while (!queue.empty() || !running.empty()) {
+  // Requests the admit hook hands over join the queue; their outputs follow the earlier ones.
+  auto admit_more = [&] {
+    if (!hooks.admit) return;
+    for (auto& r : hooks.admit()) {
+      const size_t i = requests.size();
+      check(r, i);
+      own_blocks.push_back(0);
+      shared_blocks.push_back(0);
+      const int64_t need = size_blocks(r, i);
+      if (need > st.kv_blocks) {
+        throw ValueError("DecodeEngine: request " + std::to_string(i) + " needs " + std::to_string(need) +
+                         " KV blocks, the run's pool holds " + std::to_string(st.kv_blocks));
+      }
+      first_output.push_back(static_cast<int64_t>(outputs.size()));
+      outputs.resize(outputs.size() + static_cast<size_t>(r.n));
+      unfinished.push_back(r.n);
+      requests.push_back(std::move(r));
+      queue.push_back(static_cast<int64_t>(i));
+    }
+  };
+  while (true) {
+    admit_more();
+    if (queue.empty() && running.empty()) break;
     rows.clear();
     picks.clear();
     int64_t n_logits = 0;
@@ -750,7 +806,9 @@ std::vector<DecodeOutput> DecodeEngine::run(const std::vector<DecodeRequest>& re
       const auto& req = requests[static_cast<size_t>(seq.request)];
       const bool eos = std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), chosen[i]) !=
                        sampling.eos_token_ids.end();
-      if (eos || static_cast<int64_t>(out.tokens.size()) >= req.max_new_tokens) {
+      const bool stopped =
+          hooks.on_token && !hooks.on_token(pick.output, chosen[i], sampling.return_log_probs ? chosen_lp[i] : 0.0F);
+      if (eos || stopped || static_cast<int64_t>(out.tokens.size()) >= req.max_new_tokens) {
         const auto ri = static_cast<size_t>(seq.request);
         finish(pick.seq);
         --live;

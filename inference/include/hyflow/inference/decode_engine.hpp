@@ -90,6 +90,24 @@ struct DecodeOutput {
   std::vector<float> log_probs;
 };
 
+/// The step-level side of DecodeEngine::run, for a caller that serves many clients from one run
+/// (continuous batching across requests: a request handed over by `admit` joins at the next step).
+/// A run with hooks ends when nothing is queued or running after `admit` was asked.
+struct DecodeHooks {
+  /// > 0: the KV pool and rotary tables are sized for options.max_batch (which must be > 0)
+  /// sequences of this many positions, so that requests admitted later fit; every request of the
+  /// run must then keep prompt + max_new_tokens (and its last position + max_new_tokens) below it
+  /// and n <= max_batch (ValueError naming the request otherwise). Needed for `admit`.
+  int64_t reserve_positions = 0;
+  /// Asked before every step; the requests it returns join the queue, their outputs after the
+  /// earlier ones' (request order, then sample order).
+  std::function<std::vector<DecodeRequest>()> admit;
+  /// Called once per chosen token with its output index, id and log-prob (0 unless
+  /// return_log_probs). Returning false ends that sample at once (a cancelled stream, a stop
+  /// string): it leaves the batch and its KV blocks are free for the next step.
+  std::function<bool(int64_t output, int64_t token, float log_prob)> on_token;
+};
+
 /// What the last run did (for benchmarks and tests).
 struct DecodeStats {
   int64_t steps = 0;           ///< forward passes
@@ -134,6 +152,9 @@ class DecodeEngine {
 
   /// Runs every request to completion; outputs are in request order, then sample order.
   std::vector<DecodeOutput> run(const std::vector<DecodeRequest>& requests, const DecodeSampling& sampling);
+  /// run() with hooks: requests joining mid-run, tokens as they are chosen, samples cancelled.
+  std::vector<DecodeOutput> run(std::vector<DecodeRequest> requests, const DecodeSampling& sampling,
+                                const DecodeHooks& hooks);
 
   /// Forgets the packed weights: the next run() packs every weight again.
   void drop_packed_weights();

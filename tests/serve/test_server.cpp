@@ -1,0 +1,334 @@
+// The server end to end, in process, over HTTP on 127.0.0.1 (cpp-httplib's client): greedy
+// outputs equal DecodeEngine::run's for the same prompts, alone and with concurrent clients
+// sharing the batch; chat shapes, tool rendering, streaming, sessions as DataProto rows; the
+// error statuses; a client that leaves mid-stream frees its slot.
+#include "serve_fixture.hpp"
+
+#include <hyflow/tokenizers/chat_template.hpp>
+
+#include <httplib.h>
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <latch>
+#include <thread>
+
+using namespace hyflow;
+using namespace hyflow::testing;
+using json = nlohmann::json;
+
+namespace {
+
+httplib::Client client(const ServedTiny& s) {
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(30);
+  return c;
+}
+
+json post(httplib::Client& c, const std::string& path, const json& body, int expect = 200,
+          const httplib::Headers& headers = {}) {
+  auto res = c.Post(path.c_str(), headers, body.dump(), "application/json");
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == expect);
+  return json::parse(res->body);
+}
+
+std::vector<std::vector<int64_t>> prompts(const tokenizers::Tokenizer& tok) {
+  return {tok.encode("1+2="),
+          tok.encode("hello there"),
+          tok.encode("a"),
+          tok.encode("The quick brown fox jumps"),
+          tok.encode("x*y=12;"),
+          tok.encode("??"),
+          tok.encode("OpenAI compatible"),
+          tok.encode("3-1=")};
+}
+
+// What the engine alone gives for the prompts in one batch (greedy, max_new_tokens 20, eos 2).
+std::vector<std::vector<int64_t>> direct(ServedTiny& s, const std::vector<std::vector<int64_t>>& ps) {
+  inference::DecodeEngine engine(s.model, {.max_batch = 16});
+  std::vector<inference::DecodeRequest> reqs;
+  for (const auto& p : ps) {
+    reqs.push_back({.prompt = p, .positions = {}, .n = 1, .max_new_tokens = 20, .first_row_id = 0});
+  }
+  inference::DecodeSampling sampling;
+  sampling.sampling.greedy = true;
+  sampling.eos_token_ids = {s.tokenizer->eos_token_id()};
+  std::vector<std::vector<int64_t>> out;
+  for (auto& o : engine.run(reqs, sampling)) out.push_back(o.tokens);
+  return out;
+}
+
+json completion(const std::vector<int64_t>& prompt) {
+  return {{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"return_token_ids", true}, {"logprobs", 0}};
+}
+
+}  // namespace
+
+TEST_CASE("greedy completions through the server equal DecodeEngine::run, alone and concurrent") {
+  ServedTiny s;
+  const auto ps = prompts(*s.tokenizer);
+  const auto expected = direct(s, ps);
+  auto c = client(s);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto r = post(c, "/v1/completions", completion(ps[i]));
+    CHECK(r["choices"][0]["token_ids"].get<std::vector<int64_t>>() == expected[i]);
+    CHECK(r["prompt_token_ids"].get<std::vector<int64_t>>() == ps[i]);
+    CHECK(r["choices"][0]["logprobs"]["token_logprobs"].size() == expected[i].size());
+    CHECK(r["usage"]["completion_tokens"] == expected[i].size());
+  }
+  // Eight clients at once: they share runs (joined mid-run or admitted together), same tokens.
+  std::vector<std::future<json>> answers;
+  std::latch start(static_cast<std::ptrdiff_t>(ps.size()));
+  for (size_t i = 0; i < ps.size(); ++i) {
+    answers.push_back(std::async(std::launch::async, [&, i] {
+      auto own = client(s);
+      start.arrive_and_wait();
+      auto res = own.Post("/v1/completions", completion(ps[i]).dump(), "application/json");
+      return res && res->status == 200 ? json::parse(res->body) : json();
+    }));
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto r = answers[i].get();
+    REQUIRE(r.is_object());
+    CHECK(r["choices"][0]["token_ids"].get<std::vector<int64_t>>() == expected[i]);
+  }
+  const auto stats = s.loop->stats();
+  CHECK(stats.admitted == static_cast<int64_t>(2 * ps.size()));
+  CHECK(stats.runs < static_cast<int64_t>(2 * ps.size()));  // the concurrent ones shared runs
+  CHECK(stats.peak_running > 1);
+}
+
+TEST_CASE("chat: the template's prompt ids, OpenAI's shape, tools rendered, n choices, seeds repeat") {
+  ServedTiny s;
+  auto c = client(s);
+  json body{{"model", "tiny"},          {"messages", {{{"role", "user"}, {"content", "What is 2+2?"}}}},
+            {"max_tokens", 12},         {"temperature", 0},
+            {"return_token_ids", true}, {"logprobs", true}};
+  const auto r = post(c, "/v1/chat/completions", body);
+  const auto expected_prompt =
+      s.tokenizer->encode(tokenizers::apply_chatml({{.role = "user", .content = "What is 2+2?"}}));
+  CHECK(r["object"] == "chat.completion");
+  CHECK(r["model"] == "tiny");
+  CHECK(r["prompt_token_ids"].get<std::vector<int64_t>>() == expected_prompt);
+  const auto& choice = r["choices"][0];
+  CHECK(choice["message"]["role"] == "assistant");
+  CHECK(choice["message"]["content"].is_string());
+  CHECK(choice["logprobs"]["content"].size() == choice["token_ids"].size());
+  CHECK((choice["finish_reason"] == "stop" || choice["finish_reason"] == "length"));
+
+  json tools =
+      json::array({{{"type", "function"}, {"function", {{"name", "add"}, {"parameters", {{"type", "object"}}}}}}});
+  body["tools"] = tools;
+  const auto with_tools = post(c, "/v1/chat/completions", body);
+  const auto rendered = s.tokenizer->decode(with_tools["prompt_token_ids"].get<std::vector<int64_t>>());
+  CHECK(rendered.find("<tools>") != std::string::npos);
+  CHECK(rendered.find("\"name\": \"add\"") != std::string::npos);
+  body["tool_choice"] = "none";
+  const auto no_tools = post(c, "/v1/chat/completions", body);
+  CHECK(no_tools["prompt_token_ids"] == r["prompt_token_ids"]);
+
+  json sampled{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"n", 3},
+               {"max_tokens", 8},
+               {"temperature", 1.0},
+               {"seed", 42},
+               {"return_token_ids", true}};
+  const auto a = post(c, "/v1/chat/completions", sampled);
+  const auto b = post(c, "/v1/chat/completions", sampled);
+  REQUIRE(a["choices"].size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(a["choices"][i]["token_ids"] == b["choices"][i]["token_ids"]);
+  CHECK(a["choices"][0]["token_ids"] != a["choices"][1]["token_ids"]);
+}
+
+TEST_CASE("streaming: server-sent events whose deltas add up to the non-streamed answer") {
+  ServedTiny s;
+  auto c = client(s);
+  json body{{"messages", {{{"role", "user"}, {"content", "count"}}}},
+            {"max_tokens", 16},
+            {"temperature", 0},
+            {"return_token_ids", true},
+            {"stream_options", {{"include_usage", true}}}};
+  const auto whole = post(c, "/v1/chat/completions", body);
+  body["stream"] = true;
+  auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  CHECK(res->get_header_value("Content-Type") == "text/event-stream");
+  std::string content;
+  std::vector<int64_t> ids;
+  std::string finish;
+  bool done = false, usage = false;
+  size_t at = 0;
+  while ((at = res->body.find("data: ", at)) != std::string::npos) {
+    const auto end = res->body.find("\n\n", at);
+    const auto data = res->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const auto chunk = json::parse(data);
+    CHECK(chunk["object"] == "chat.completion.chunk");
+    if (chunk.contains("usage")) {
+      usage = true;
+      continue;
+    }
+    const auto& ch = chunk["choices"][0];
+    if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+    for (auto id : ch["token_ids"]) ids.push_back(id.get<int64_t>());
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  CHECK(done);
+  CHECK(usage);
+  CHECK(content == whole["choices"][0]["message"]["content"].get<std::string>());
+  CHECK(ids == whole["choices"][0]["token_ids"].get<std::vector<int64_t>>());
+  CHECK(finish == whole["choices"][0]["finish_reason"].get<std::string>());
+}
+
+TEST_CASE("sessions: tagged turns come back as one DataProto row with the model's tokens masked in") {
+  ServedTiny s;
+  auto c = client(s);
+  const auto p1 = s.tokenizer->encode("Q: 1+1? A:");
+  const auto r1 =
+      post(c, "/v1/completions", {{"prompt", p1}, {"max_tokens", 5}, {"temperature", 0}, {"return_token_ids", true}},
+           200, {{"X-Session-Id", "episode-7"}});
+  auto p2 = p1;
+  const auto out1 = r1["choices"][0]["token_ids"].get<std::vector<int64_t>>();
+  p2.insert(p2.end(), out1.begin(), out1.end());
+  const auto tool = s.tokenizer->encode(" [tool: 2] ");
+  p2.insert(p2.end(), tool.begin(), tool.end());
+  const auto r2 = post(c, "/v1/completions",
+                       {{"prompt", p2},
+                        {"max_tokens", 4},
+                        {"temperature", 0},
+                        {"return_token_ids", true},
+                        {"logprobs", 0},
+                        {"user", "episode-7"}});
+  const auto out2 = r2["choices"][0]["token_ids"].get<std::vector<int64_t>>();
+  auto dp = s.server->collect_session("episode-7");
+  REQUIRE(dp);
+  REQUIRE(dp->batch.at("prompts").size(0) == 1);
+  const auto responses = dp->batch.at("responses")[0];
+  const auto mask = dp->batch.at("response_mask")[0];
+  const auto n1 = static_cast<int64_t>(out1.size()), nt = static_cast<int64_t>(tool.size());
+  CHECK(responses.size(0) == n1 + nt + static_cast<int64_t>(out2.size()));
+  CHECK(mask.slice(0, 0, n1).sum().item<int64_t>() == n1);
+  CHECK(mask.slice(0, n1, n1 + nt).sum().item<int64_t>() == 0);
+  CHECK(mask.slice(0, n1 + nt).sum().item<int64_t>() == static_cast<int64_t>(out2.size()));
+  const auto lps = dp->batch.at("rollout_log_probs")[0];
+  CHECK(lps[n1 + nt].item<float>() ==
+        Approx(r2["choices"][0]["logprobs"]["token_logprobs"][0].get<float>()).margin(1e-6));
+  CHECK(dp->non_tensor_batch.at("weight_versions")[0] == Json::array({0, 0}));
+  CHECK_FALSE(s.server->collect_session("episode-7"));
+}
+
+TEST_CASE("errors are OpenAI error objects with the right status") {
+  serve::ServeOptions options;
+  options.max_body_bytes = 4096;
+  ServedTiny s(options);
+  auto c = client(s);
+  auto bad = c.Post("/v1/chat/completions", "{not json", "application/json");
+  REQUIRE(bad);
+  CHECK(bad->status == 400);
+  CHECK(json::parse(bad->body)["error"]["type"] == "invalid_request_error");
+  const auto field =
+      post(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"temperature", -1}}, 400);
+  CHECK(field["error"]["param"] == "temperature");
+  const auto ids = post(c, "/v1/completions", {{"prompt", {1, 100000}}}, 400);
+  CHECK(ids["error"]["param"] == "prompt");
+  const auto model = post(c, "/v1/completions", {{"prompt", "x"}, {"model", "gpt-9"}}, 404);
+  CHECK(model["error"]["param"] == "model");
+  auto missing = c.Get("/v1/nothing");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  CHECK(json::parse(missing->body)["error"]["type"] == "not_found_error");
+  auto big = c.Post("/v1/completions", std::string(8192, ' '), "application/json");
+  REQUIRE(big);
+  CHECK(big->status == 413);
+  CHECK(json::parse(big->body)["error"]["code"] == 413);
+  const auto long_prompt = post(c, "/v1/completions", {{"prompt", std::string(1100, 'a')}}, 400);
+  CHECK(long_prompt["error"]["param"] == "prompt");
+  auto models = c.Get("/v1/models");
+  REQUIRE(models);
+  CHECK(json::parse(models->body)["data"][0]["id"] == "tiny");
+}
+
+TEST_CASE("a bearer token is required when set; a non-loopback bind without one is refused") {
+  serve::ServeOptions options;
+  options.token = "s3cret";
+  ServedTiny s(options);
+  auto c = client(s);
+  auto none = c.Get("/health");
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  CHECK(json::parse(none->body)["error"]["type"] == "authentication_error");
+  auto wrong = c.Get("/health", {{"Authorization", "Bearer nope"}});
+  REQUIRE(wrong);
+  CHECK(wrong->status == 401);
+  auto right = c.Get("/health", {{"Authorization", "Bearer s3cret"}});
+  REQUIRE(right);
+  CHECK(right->status == 200);
+  serve::ServeOptions open;
+  open.host = "0.0.0.0";
+  CHECK_THROWS_WITH(ServedTiny(open), Catch::Contains("requires a bearer token"));
+}
+
+TEST_CASE("a weight update drains the engine: 503 + Retry-After or a queued wait; 429 past max_in_flight") {
+  serve::ServeOptions options;
+  options.reject_during_weight_update = true;
+  serve::EngineLoopOptions loop_options;
+  loop_options.max_in_flight = 1;
+  ServedTiny s(options, loop_options);
+  auto c = client(s);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::latch entered(1);
+  auto update = std::async(std::launch::async, [&] {
+    return s.loop->update_weights([&](models::CausalLM& m) {
+      entered.count_down();
+      released.wait();
+      m->named_parameters()["model.norm.weight"].mul_(1.5);
+    });
+  });
+  entered.wait();
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 503);
+  CHECK(health->get_header_value("Retry-After") == "1");
+  const auto refused = post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, 503);
+  CHECK(refused["error"]["type"] == "server_error");
+  release.set_value();
+  CHECK(update.get() == 1);
+  // One request in flight fills max_in_flight: the next one is 429.
+  auto queued = s.loop->submit({.prompt = {5, 6}, .n = 1, .max_tokens = 900, .sampling = {.greedy = true}, .seed = {}});
+  const auto busy = post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}, 429);
+  CHECK(busy["error"]["type"] == "rate_limit_exceeded");
+  queued->cancel();
+  queued->wait_all();
+  const auto after = post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"temperature", 0}});
+  CHECK(after["weight_version"] == 1);
+}
+
+TEST_CASE("a client that leaves mid-stream frees its slot at the next step") {
+  ServedTiny s({}, {}, 16, 256);  // a wider model: 900 steps take far longer than noticing the client left
+  httplib::Client c("127.0.0.1", s.server->port());
+  // ignore_eos: the stream runs to max_tokens unless the disconnect ends it.
+  json body{{"prompt", "abc"}, {"max_tokens", 900}, {"temperature", 0}, {"stream", true}, {"ignore_eos", true}};
+  int chunks = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = body.dump();
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto res = c.send(req);
+  CHECK(chunks == 3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.loop->stats().cancelled == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(s.loop->stats().cancelled == 1);
+  CHECK(s.loop->stats().tokens < 900);
+}
