@@ -1,5 +1,6 @@
 // The Llama / Qwen2 decoder, top to bottom: norm, rotary, attention, MLP, layer, stack, heads.
 #include <hyflow/models/llama.hpp>
+#include <hyflow/models/lora.hpp>
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/linear.hpp>
@@ -77,7 +78,7 @@ at::Tensor linear_forward(const at::Tensor& weight, const at::Tensor& bias, cons
 }
 
 at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, InferenceContext* context) {
-  return linear_forward(layer->weight, layer->bias, x, context);
+  return add_lora(*layer, x, linear_forward(layer->weight, layer->bias, x, context));
 }
 
 }  // namespace
