@@ -216,6 +216,11 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tenso
 
   auto h = embed_tokens(input_ids);  // (B, T, d)
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
+  // A frozen embedding (LoRA) gives the layers an input without gradient while their adapters
+  // need one: the checkpointed layers' backward runs only from a differentiable input (PEFT's
+  // enable_input_require_grads).
+  if (gradient_checkpointing_ && context == nullptr && torch::GradMode::is_enabled() && !h.requires_grad())
+    h = h.detach().requires_grad_(true);
   const bool checkpoint =
       gradient_checkpointing_ && context == nullptr && torch::GradMode::is_enabled() && h.requires_grad();
   for (int64_t i = 0; i < static_cast<int64_t>(layers->size()); ++i) {

@@ -5,6 +5,7 @@
 #include <hyflow/cuda/linear.hpp>
 
 #include <nlohmann/json.hpp>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -115,8 +116,10 @@ LoraAImpl::LoraAImpl(int64_t in, int64_t rank, double scale_, double dropout_)
     : torch::nn::LinearImpl(torch::nn::LinearOptions(in, rank).bias(false)), scale(scale_), dropout(dropout_) {}
 
 std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraConfig& config,
-                                    const std::vector<std::string>& modules_to_save) {
+                                    const std::vector<std::string>& modules_to_save, std::optional<uint64_t> seed) {
   config.validate("model");
+  std::optional<at::Generator> generator;
+  if (seed) generator = at::make_generator<at::CPUGeneratorImpl>(*seed);
   if (has_lora(root)) throw ValueError("LoRA: the model already has adapters");
   auto targets = resolve_targets(root, config);
   if (targets.empty())
@@ -134,7 +137,15 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraConfig& c
     const auto& w = linear->weight;
     auto a = std::make_shared<LoraAImpl>(w.size(1), config.rank, config.scale(), config.dropout);
     auto b = torch::nn::Linear(torch::nn::LinearOptions(config.rank, w.size(0)).bias(false));
-    torch::nn::init::kaiming_uniform_(a->weight, std::sqrt(5.0));
+    // kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(in), 1/sqrt(in)), drawn on the CPU in float32
+    const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));
+    auto draw = torch::empty(a->weight.sizes(), torch::kFloat);
+    if (generator) {
+      draw.uniform_(-bound, bound, *generator);
+    } else {
+      draw.uniform_(-bound, bound);
+    }
+    a->weight.copy_(draw);
     b->weight.zero_();
     a->to(w.device(), w.scalar_type());
     b->to(w.device(), w.scalar_type());
@@ -245,7 +256,6 @@ MergedCopy::MergedCopy(const CausalLM& policy) : policy_(policy), merged_(policy
       entries_.push_back({it->second, target});
     }
   }
-  refresh(true);
 }
 
 int64_t MergedCopy::refresh(bool force) {
@@ -373,7 +383,8 @@ void check_base(const AdapterFileConfig& file, const std::string& expected, cons
                    "', the model is '" + expected + "'");
 }
 
-void load_tensors(torch::nn::Module& root, const AdapterFileConfig& file, const fs::path& dir) {
+// The adapter file's tensors under the model's names, each checked against the model's parameter.
+NamedTensors adapter_tensors(const torch::nn::Module& root, const AdapterFileConfig& file, const fs::path& dir) {
   const auto source = (dir / kAdapterWeightsFile).string();
   auto tensors = read_safetensors(dir / kAdapterWeightsFile);
   std::map<std::string, at::Tensor> by_name;
@@ -382,7 +393,7 @@ void load_tensors(torch::nn::Module& root, const AdapterFileConfig& file, const 
       throw FormatError(source + ": tensor '" + name + "' lacks PEFT's prefix '" + kPeftPrefix + "'");
     by_name[name.substr(kPeftPrefix.size())] = t;
   }
-  torch::NoGradGuard no_grad;
+  NamedTensors out;
   for (const auto& [peft_name, target] : adapter_state(root, file.modules_to_save)) {
     const auto name = peft_name.substr(kPeftPrefix.size());
     auto it = by_name.find(name);
@@ -393,20 +404,29 @@ void load_tensors(torch::nn::Module& root, const AdapterFileConfig& file, const 
           << target.sizes();
       throw FormatError(msg.str());
     }
-    auto param = target;  // shares the parameter's storage
-    param.copy_(it->second);
+    out.emplace_back(name, it->second);
   }
+  return out;
+}
+
+void copy_into(torch::nn::Module& root, const NamedTensors& tensors) {
+  torch::NoGradGuard no_grad;
+  auto params = root.named_parameters();
+  for (const auto& [name, t] : tensors) params[name].copy_(t);
 }
 
 }  // namespace
 
-void load_adapter(torch::nn::Module& root, const fs::path& dir, const std::string& base_model_name_or_path) {
+NamedTensors read_adapter(const torch::nn::Module& root, const fs::path& dir,
+                          const std::string& base_model_name_or_path) {
   auto file = read_adapter_config(dir);
   check_base(file, base_model_name_or_path, dir);
   const auto have = lora_modules(root);
   if (have.empty()) throw ValueError("load_adapter: the model has no LoRA adapters to load " + dir.string() + " into");
   std::vector<std::string> want;
-  for (const auto& [path, linear] : resolve_targets(root, file.lora)) want.push_back(path);
+  // resolve_targets only reads the module tree
+  for (const auto& [path, linear] : resolve_targets(const_cast<torch::nn::Module&>(root), file.lora))
+    want.push_back(path);
   if (sorted(want) != sorted(have)) {
     std::vector<std::string> only_file, only_model;
     const auto w = sorted(want), h = sorted(have);
@@ -424,7 +444,11 @@ void load_adapter(torch::nn::Module& root, const fs::path& dir, const std::strin
   if (std::abs(a->scale - file.lora.scale()) > 1e-12 * std::abs(a->scale))
     throw ValueError("adapter " + dir.string() + ": lora_alpha / r is " + std::to_string(file.lora.scale()) +
                      ", the model's is " + std::to_string(a->scale));
-  load_tensors(root, file, dir);
+  return adapter_tensors(root, file, dir);
+}
+
+void load_adapter(torch::nn::Module& root, const fs::path& dir, const std::string& base_model_name_or_path) {
+  copy_into(root, read_adapter(root, dir, base_model_name_or_path));
 }
 
 AdapterFileConfig apply_adapter(torch::nn::Module& root, const fs::path& dir,
@@ -432,7 +456,7 @@ AdapterFileConfig apply_adapter(torch::nn::Module& root, const fs::path& dir,
   auto file = read_adapter_config(dir);
   check_base(file, base_model_name_or_path, dir);
   apply_lora(root, file.lora, file.modules_to_save);
-  load_tensors(root, file, dir);
+  copy_into(root, adapter_tensors(root, file, dir));
   return file;
 }
 

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <set>
 
 using namespace hyflow;
 using namespace hyflow::models;
@@ -61,6 +62,13 @@ TEST_CASE("LoRA: all-linear adapts every projection but the head; PEFT init leav
   const double bound = 1.0 / std::sqrt(static_cast<double>(q->weight.size(1)));  // kaiming_uniform(a=sqrt(5))
   CHECK(a.abs().max().item<double>() <= bound);
   CHECK(a.abs().max().item<double>() > 0.5 * bound);
+  // a seed gives the same adapters on every call
+  CausalLM one(tiny_model_config()), two(tiny_model_config());
+  apply_lora(*one, rank4(), {}, 5);
+  torch::manual_seed(99);
+  apply_lora(*two, rank4(), {}, 5);
+  const auto s1 = adapter_state(*one), s2 = adapter_state(*two);
+  for (size_t i = 0; i < s1.size(); ++i) CHECK(torch::equal(s1[i].second, s2[i].second));
   CHECK(q->named_children()["lora_B"]->as<torch::nn::LinearImpl>()->weight.abs().max().item<double>() == 0.0);
 }
 
@@ -107,6 +115,38 @@ TEST_CASE("LoRA: training steps move only adapters; the frozen base stays bit-id
   CHECK(static_cast<int64_t>(params.size()) == adapter_count);
 }
 
+TEST_CASE("LoRA with gradient checkpointing: the adapters get the gradients they get without it") {
+  torch::manual_seed(8);
+  CausalLM model(tiny_model_config());
+  apply_lora(*model, rank4());
+  perturb(*model);
+  auto grads = [&](bool checkpointing) {
+    model->model->set_gradient_checkpointing(checkpointing);
+    for (auto& p : trainable_parameters(*model)) p.mutable_grad().reset();
+    model->forward(ids()).logsumexp(-1).mean().backward();
+    std::vector<at::Tensor> out;
+    for (auto& p : trainable_parameters(*model)) out.push_back(p.grad().clone());
+    return out;
+  };
+  // the checkpointed layers are in the graph (a frozen embedding does not switch checkpointing off)
+  model->model->set_gradient_checkpointing(true);
+  const auto out = model->forward(ids());
+  bool found = false;
+  std::vector<torch::autograd::Node*> todo{out.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty() && !found) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    found = node->name().find("CheckpointedLayer") != std::string::npos;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  CHECK(found);
+  const auto plain = grads(false), checkpointed = grads(true);
+  REQUIRE(plain.size() == checkpointed.size());
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(torch::allclose(checkpointed[i], plain[i], 1e-5, 1e-7));
+}
+
 TEST_CASE("LoRA: adapters disabled = a separately loaded base model, bit for bit") {
   TempDir dir("lora");
   torch::manual_seed(4);
@@ -140,6 +180,7 @@ TEST_CASE("LoRA: merged = unmerged outputs to float32 rounding; MergedCopy follo
   CHECK(torch::allclose(plain->forward(ids()), unmerged, 1e-4, 1e-5));
 
   MergedCopy copy(model);
+  CHECK(copy.refresh() == 7 * tiny_model_config().num_hidden_layers);  // the first merges every layer
   CHECK(torch::allclose(copy.model()->forward(ids()), unmerged, 1e-4, 1e-5));
   CHECK(copy.refresh() == 0);  // nothing changed
   // non-adapted parameters share the policy's storage

@@ -64,7 +64,7 @@ void ActorRolloutRefWorker::init_model() {
     if (lora.enabled()) {
       if (lora.dropout > 0 && config_.model.enable_gradient_checkpointing)
         throw ValueError("actor_rollout_ref.model: lora dropout with enable_gradient_checkpointing is not exact");
-      models::apply_lora(*policy_, lora);
+      models::apply_lora(*policy_, lora, {}, models::kLoraInitSeed);
       if (!config_.model.lora_adapter_path.empty())
         models::load_adapter(*policy_, config_.model.lora_adapter_path, path.string());
     }
@@ -83,10 +83,7 @@ void ActorRolloutRefWorker::init_model() {
   if (has_actor(role_)) {
     policy_fsdp_ =
         detail::shard_model(*policy_, group_, config_.actor.fsdp, "actor", "actor_rollout_ref.actor.fsdp_config");
-    if (policy_fsdp_ && lora.enabled())
-      throw ValueError("actor_rollout_ref.model.lora_rank: LoRA runs on the replicated path only (fsdp_size 1 in "
-                       "fp32, or one rank); a sharded FSDP mesh is not supported yet");
-    if (policy_fsdp_)
+    if (policy_fsdp_)  // steps the trainable shards only (the adapters under LoRA)
       optimizer_ = std::make_unique<parallel::ShardedOptimizer>(policy_fsdp_, config_.actor.optim,
                                                                 "actor_rollout_ref.actor.optim");
     else  // trainable_parameters: every parameter without LoRA, the adapters with it
@@ -168,7 +165,9 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
   }
   // LoRA: the adapters trained since the last rollout are merged into the served copy here (the
   // rewritten weights' version counters move, so the engine repacks just those)
-  if (merged_) merged_->refresh();
+  // (a sharded policy's gather and its optimizer, which steps the master shards, move no version
+  // counter of the parameters: every layer is re-merged then)
+  if (merged_) merged_->refresh(/*force=*/policy_fsdp_ != nullptr);
   DataProto out;
   if (has_rows) out = rollout_->generate_sequences(input, options);
   // verl's free_cache_engine: the KV pool goes before training (the sharding manager's exit).
@@ -310,7 +309,7 @@ void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
   detail::load_role_checkpoint(checkpoint_role(), dir);
-  if (merged_) merged_->refresh(/*force=*/true);
+  if (merged_ && !policy_fsdp_) merged_->refresh(/*force=*/true);  // sharded: every rollout re-merges
   if (rollout_) rollout_->weights_changed();  // whatever path wrote the weights
 }
 

@@ -47,16 +47,13 @@ void CriticWorker::init_model() {
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
   const auto& lora = config_.model.lora;
   if (lora.enabled()) {  // the value head trains in full (PEFT's modules_to_save)
-    models::apply_lora(*model_, lora, {"score"});
+    models::apply_lora(*model_, lora, {"score"}, models::kLoraInitSeed);
     if (!config_.model.lora_adapter_path.empty())
       models::load_adapter(*model_, config_.model.lora_adapter_path, config_.model.path);
   }
   group_ = detail::process_group_of(*this, {std::chrono::seconds(config_.nccl_timeout), "critic.nccl_timeout"});
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
   fsdp_ = detail::shard_model(*model_, group_, config_.fsdp, "critic", "critic.model.fsdp_config");
-  if (fsdp_ && lora.enabled())
-    throw ValueError("critic.model.lora_rank: LoRA runs on the replicated path only (fsdp_size 1 in fp32, or one "
-                     "rank); a sharded FSDP mesh is not supported yet");
   if (fsdp_)
     optimizer_ = std::make_unique<parallel::ShardedOptimizer>(fsdp_, config_.optim, "critic.optim");
   else

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,12 @@ class LoraAImpl : public torch::nn::LinearImpl {
 /// every other parameter except those under `modules_to_save` (module names, trained in full:
 /// the value head "score"). The output head (lm_head, score) is never an "all-linear" target.
 /// Returns the adapted modules' paths. ValueError when nothing matches, when a target names a
-/// module that is not a linear layer, or when the model already has adapters.
+/// module that is not a linear layer, or when the model already has adapters. A's values come from
+/// a generator seeded with `seed` when given (the same adapters on every rank and run), else from
+/// torch's default generator.
 std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraConfig& config,
-                                    const std::vector<std::string>& modules_to_save = {});
+                                    const std::vector<std::string>& modules_to_save = {},
+                                    std::optional<uint64_t> seed = std::nullopt);
 
 /// The paths of the adapted linear layers of `root` (empty: no adapters).
 std::vector<std::string> lora_modules(const torch::nn::Module& root);
@@ -85,9 +89,12 @@ at::Tensor merged_weight(const torch::nn::LinearImpl& layer);
 NamedTensors merged_parameters(const torch::nn::Module& root);
 
 /// A plain causal LM computing what the adapted `policy` computes, for a rollout engine that reads
-/// linear weights directly: non-adapted parameters share the policy's storage, adapted weights
-/// hold W + s B A. refresh() re-merges the layers whose adapter changed since the last call
-/// (in place: the version counters the decode engine checks move) and returns how many it wrote.
+/// linear weights directly: non-adapted parameters share the policy's storage (its StorageImpl:
+/// an FSDP gather into it is seen here), adapted weights hold W + s B A once refresh() ran (the
+/// constructor does not read the policy's values). refresh() re-merges the layers whose adapter
+/// changed since the last call (by the adapters' version counters; `force`: every layer, for
+/// writers that bump none, e.g. an FSDP gather) in place, so the version counters the decode
+/// engine checks move, and returns how many it wrote.
 class MergedCopy {
  public:
   explicit MergedCopy(const CausalLM& policy);
@@ -113,6 +120,9 @@ struct AdapterFileConfig {
   std::string task_type = "CAUSAL_LM";  ///< or "TOKEN_CLS" (a value model)
 };
 
+/// The seed the workers draw fresh adapters from: every rank, role and run starts from the same A.
+inline constexpr uint64_t kLoraInitSeed = 0;
+
 /// PEFT's file names.
 inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 inline constexpr const char* kAdapterWeightsFile = "adapter_model.safetensors";
@@ -136,6 +146,10 @@ AdapterFileConfig read_adapter_config(const std::filesystem::path& dir);
 /// tensor when one is missing or has another shape.
 void load_adapter(torch::nn::Module& root, const std::filesystem::path& dir,
                   const std::string& base_model_name_or_path = "");
+/// load_adapter's checks and the file's tensors under the model's parameter names, without
+/// writing them (for models whose parameters live elsewhere, e.g. in FSDP shards).
+NamedTensors read_adapter(const torch::nn::Module& root, const std::filesystem::path& dir,
+                          const std::string& base_model_name_or_path = "");
 
 /// Adds the adapters an adapter directory describes to a plain `root` (apply_lora with its
 /// config) and loads them; the same checks as load_adapter. Returns the file's config.
