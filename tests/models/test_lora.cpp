@@ -286,3 +286,20 @@ TEST_CASE("LoRA on a value model: the score head trains in full (modules_to_save
   torch::NoGradGuard no_grad;
   CHECK(torch::equal(fresh->forward(ids()), critic->forward(ids())));
 }
+
+TEST_CASE("LoRA dropout (PEFT's lora_dropout) acts on the adapter input in training mode only") {
+  torch::manual_seed(9);
+  CausalLM model(tiny_model_config());
+  apply_lora(*model, {.rank = 4, .alpha = 8.0, .dropout = 0.5});
+  perturb(*model);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto eval_a = model->forward(ids()), eval_b = model->forward(ids());
+  CHECK(torch::equal(eval_a, eval_b));
+  model->train();
+  CHECK_FALSE(torch::allclose(model->forward(ids()), eval_a, 1e-4, 1e-5));
+  DisableAdapters off;  // without adapters there is nothing to drop
+  const auto base_train = model->forward(ids());
+  model->eval();
+  CHECK(torch::equal(model->forward(ids()), base_train));
+}

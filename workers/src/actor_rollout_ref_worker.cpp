@@ -62,8 +62,6 @@ void ActorRolloutRefWorker::init_model() {
     policy_->to(device_);
     policy_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
     if (lora.enabled()) {
-      if (lora.dropout > 0 && config_.model.enable_gradient_checkpointing)
-        throw ValueError("actor_rollout_ref.model: lora dropout with enable_gradient_checkpointing is not exact");
       models::apply_lora(*policy_, lora, {}, models::kLoraInitSeed);
       if (!config_.model.lora_adapter_path.empty())
         models::load_adapter(*policy_, config_.model.lora_adapter_path, path.string());

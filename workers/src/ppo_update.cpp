@@ -140,8 +140,8 @@ void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
   const bool same_world = saved_world_size == role.world_size;
   if (role.model && contents.loads("model") && role.lora && !(sharded_layout && role.fsdp)) {
     // the PEFT folder: checked against the model, onto the base of model_dir
-    auto adapter = models::read_adapter(*role.model, dir / kLoraAdapterDir, role.model_dir.string());
     if (role.fsdp) {
+      auto adapter = models::read_adapter(*role.model, dir / kLoraAdapterDir, role.model_dir.string());
       auto full = models::load_checkpoint_tensors(role.model_dir);
       full.insert(full.end(), adapter.begin(), adapter.end());  // later names win: the adapter's score head
       role.fsdp->load_full_parameters(named_parameters(full), dir.string());
