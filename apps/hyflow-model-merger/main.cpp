@@ -4,9 +4,16 @@
 // files (any world size), rebuilds every parameter and writes a Hugging Face folder:
 // config.json (from the manifest's extra.config, else <local_dir>/config.json) and
 // model.safetensors in float32.
+//
+// LoRA (docs/lora.md): when <local_dir> is a PEFT adapter folder (adapter_config.json +
+// adapter_model.safetensors) or a checkpoint holding one in lora_adapter/, the adapter is merged
+// into its base model (--base_dir, default the adapter's base_model_name_or_path) and the merged
+// model is written in Hugging Face format (W + lora_alpha / r * B A; a value model keeps its
+// trained score head).
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/models/lora.hpp>
 #include <hyflow/models/safetensors.hpp>
 #include <hyflow/parallel/fsdp_checkpoint.hpp>
 
@@ -20,7 +27,43 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: hyflow-model-merger merge --backend fsdp --local_dir <sharded checkpoint> --target_dir <output folder>\n";
+    "usage: hyflow-model-merger merge --backend fsdp --local_dir <sharded checkpoint | PEFT adapter folder> "
+    "--target_dir <output folder> [--base_dir <base model folder> (LoRA)]\n";
+
+// <dir> itself or <dir>/lora_adapter when it holds a PEFT adapter; empty otherwise.
+fs::path adapter_dir(const fs::path& dir) {
+  for (const auto& d : {dir, dir / "lora_adapter"})
+    if (fs::exists(d / hyflow::models::kAdapterConfigFile)) return d;
+  return {};
+}
+
+int merge_lora(const fs::path& adapter, std::string base_dir, const fs::path& target_dir) {
+  namespace m = hyflow::models;
+  const auto file = m::read_adapter_config(adapter);
+  if (base_dir.empty()) base_dir = file.base_model_name_or_path;
+  if (base_dir.empty() || !fs::exists(fs::path(base_dir) / "config.json"))
+    throw hyflow::ValueError("LoRA adapter " + adapter.string() + ": its base model '" + base_dir +
+                             "' is not a local Hugging Face folder; pass --base_dir");
+  const auto config = m::load_config(base_dir);
+  m::NamedTensors merged;
+  if (file.task_type == "TOKEN_CLS") {
+    auto model = m::load_value_model(base_dir, {.dtype = at::kFloat});
+    m::apply_adapter(*model, adapter);
+    merged = m::merged_parameters(*model);
+  } else {
+    auto model = m::load_causal_lm(base_dir, {.dtype = at::kFloat});
+    m::apply_adapter(*model, adapter);
+    merged = m::merged_parameters(*model);
+  }
+  auto out_config = config;
+  out_config.torch_dtype = "float32";
+  fs::create_directories(target_dir);
+  m::write_safetensors(target_dir / "model.safetensors", merged);
+  m::save_config(out_config, target_dir / "config.json");
+  std::cout << "merged LoRA adapter " << adapter << " (r=" << file.lora.rank << ") into " << base_dir << ": "
+            << merged.size() << " tensors in " << target_dir << "\n";
+  return 0;
+}
 
 int merge(const fs::path& local_dir, const fs::path& target_dir) {
   nlohmann::json extra;
@@ -54,7 +97,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> args{{"--backend", "fsdp"}};
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
-    if (!args.count(key) && key != "--local_dir" && key != "--target_dir") {
+    if (!args.count(key) && key != "--local_dir" && key != "--target_dir" && key != "--base_dir") {
       std::cerr << "hyflow-model-merger: unknown argument '" << key << "'\n" << kUsage;
       return 2;
     }
@@ -69,6 +112,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    const auto adapter = adapter_dir(args.at("--local_dir"));
+    const std::string base_dir = args.count("--base_dir") ? args.at("--base_dir") : "";
+    if (!adapter.empty()) return merge_lora(adapter, base_dir, args.at("--target_dir"));
+    if (args.count("--base_dir")) {
+      std::cerr << "hyflow-model-merger: --base_dir is for LoRA adapters; " << args.at("--local_dir")
+                << " holds none\n";
+      return 2;
+    }
     return merge(args.at("--local_dir"), args.at("--target_dir"));
   } catch (const std::exception& e) {
     std::cerr << "hyflow-model-merger: " << e.what() << "\n";

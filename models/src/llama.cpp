@@ -1,5 +1,6 @@
 // The Llama / Qwen2 decoder, top to bottom: norm, rotary, attention, MLP, layer, stack, heads.
 #include <hyflow/models/llama.hpp>
+#include <hyflow/models/lora.hpp>
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/linear.hpp>
@@ -77,7 +78,7 @@ at::Tensor linear_forward(const at::Tensor& weight, const at::Tensor& bias, cons
 }
 
 at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x, InferenceContext* context) {
-  return linear_forward(layer->weight, layer->bias, x, context);
+  return add_lora(*layer, x, linear_forward(layer->weight, layer->bias, x, context));
 }
 
 }  // namespace
@@ -215,6 +216,11 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input_ids, const at::Tenso
 
   auto h = embed_tokens(input_ids);  // (B, T, d)
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
+  // A frozen embedding (LoRA) gives the layers an input without gradient while their adapters
+  // need one: the checkpointed layers' backward runs only from a differentiable input (PEFT's
+  // enable_input_require_grads).
+  if (gradient_checkpointing_ && context == nullptr && torch::GradMode::is_enabled() && !h.requires_grad())
+    h = h.detach().requires_grad_(true);
   const bool checkpoint =
       gradient_checkpointing_ && context == nullptr && torch::GradMode::is_enabled() && h.requires_grad();
   for (int64_t i = 0; i < static_cast<int64_t>(layers->size()); ++i) {

@@ -133,6 +133,7 @@ struct Param {
   bool live = false;          // `full` has its storage (gathered, or replicated)
   int head_uses = 0;          // head() calls of this forward whose backward has not run
   bool head_reduced = false;  // head() reduced this parameter's gradient in this backward
+  bool frozen = false;        // no requires_grad (LoRA's base): never reduced, never stepped
   int64_t shard_numel() const { return rows_per_shard * row_numel; }
   size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
 };
@@ -364,6 +365,7 @@ struct FsdpModule::Impl {
     std::vector<at::Tensor> grads;
     for (size_t i : units[static_cast<size_t>(ui)].params) {
       auto& p = params[i];
+      if (p.frozen) continue;
       const bool taken = p.head_reduced && !p.param.grad().defined();
       p.head_reduced = false;
       if (taken) continue;
@@ -424,6 +426,7 @@ struct FsdpModule::Impl {
       release_param(i);
       units[static_cast<size_t>(root())].gathered = false;
     }
+    if (p.frozen) return grad_x;  // a frozen head (LoRA) needs only x's gradient
     auto grad_w = matmul_nt(g.t(), x.reshape({-1, in_features}).to(dtype).t());  // (out, in), compute dtype
     note_held(grad_w.numel() * grad_w.element_size());
     if (sync) {
@@ -524,6 +527,7 @@ FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions
       Param p;
       p.name = np.name;
       p.param = np.tensor;
+      p.frozen = !np.tensor.requires_grad();
       p.full_shape = np.tensor.sizes().vec();
       p.dtype = np.tensor.scalar_type();
       p.rows = np.tensor.dim() == 0 ? 1 : np.tensor.size(0);
@@ -718,7 +722,8 @@ std::vector<at::Tensor> FsdpModule::local_shards() const {
 
 std::vector<FsdpModule::ShardInfo> FsdpModule::shard_infos() const {
   std::vector<ShardInfo> out;
-  for (const auto& p : impl_->params) out.push_back({p.name, p.full_shape, p.rows, p.rows_per_shard, p.dtype});
+  for (const auto& p : impl_->params)
+    out.push_back({p.name, p.full_shape, p.rows, p.rows_per_shard, p.dtype, /*trainable=*/!p.frozen});
   return out;
 }
 

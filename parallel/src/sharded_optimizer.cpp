@@ -14,8 +14,18 @@ namespace hyflow::parallel {
 // schedule are the same code, the reduction and the clipping happen here.
 ShardedOptimizer::ShardedOptimizer(std::shared_ptr<FsdpModule> module, const OptimConfig& config,
                                    const std::string& path)
-    : module_(std::move(module)),
-      local_(std::make_unique<DataParallelOptimizer>(module_->local_shards(), config, nullptr, path)) {}
+    : module_(std::move(module)) {
+  for (const auto& info : module_->shard_infos()) trainable_.push_back(info.trainable);
+  local_ = std::make_unique<DataParallelOptimizer>(trainable_shards(), config, nullptr, path);
+}
+
+std::vector<at::Tensor> ShardedOptimizer::trainable_shards() const {
+  const auto all = module_->local_shards();
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (trainable_[i]) out.push_back(all[i]);
+  return out;
+}
 
 ShardedOptimizer::~ShardedOptimizer() = default;
 
@@ -40,7 +50,7 @@ void ShardedOptimizer::move_state(bool to_host) {
   const auto& options = module_->options();
   if (!options.optimizer_offload) return;
   auto state = local_->state_tensors();
-  const auto shards = module_->local_shards();
+  const auto shards = trainable_shards();
   if (shards.empty()) return;
   const auto device = shards.front().device();  // onloaded before a step
   if (!device.is_cuda() && !options.offload_cpu_copies) {
@@ -60,7 +70,7 @@ void ShardedOptimizer::move_state(bool to_host) {
 
 double ShardedOptimizer::step_on_device(double max_norm) {
   torch::NoGradGuard no_grad;
-  auto shards = module_->local_shards();
+  auto shards = trainable_shards();
   // The squared norm stays on the shards' device (one host read, after the all-reduce: NCCL
   // reduces device tensors), summed in float64 in parameter order.
   at::Tensor total;
@@ -100,7 +110,12 @@ void ShardedOptimizer::load(const std::filesystem::path& file) {
 }
 
 std::vector<AdamState> ShardedOptimizer::shard_state() const {
-  return local_->adam_state();
+  const auto local = local_->adam_state();  // the trainable shards' state
+  std::vector<AdamState> out(trainable_.size());
+  size_t k = 0;
+  for (size_t i = 0; i < trainable_.size(); ++i)
+    if (trainable_[i]) out[i] = local[k++];
+  return out;
 }
 
 void ShardedOptimizer::load_full_state(const std::vector<NamedAdamState>& full, int64_t scheduler_steps,
@@ -140,7 +155,13 @@ void ShardedOptimizer::load_full_state(const std::vector<NamedAdamState>& full, 
 
 void ShardedOptimizer::load_shard_state(const std::vector<AdamState>& mine, int64_t scheduler_steps,
                                         const std::string& source) {
-  local_->set_adam_state(mine, scheduler_steps, source);
+  if (mine.size() != trainable_.size())
+    throw ShapeError(source + ": state for " + std::to_string(mine.size()) + " parameters, the module has " +
+                     std::to_string(trainable_.size()));
+  std::vector<AdamState> local;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (trainable_[i]) local.push_back(mine[i]);
+  local_->set_adam_state(local, scheduler_steps, source);
 }
 
 }  // namespace hyflow::parallel

@@ -171,7 +171,10 @@ struct Trace {
 // One rank, the whole batch, the replicated optimizer: the reference.
 Trace train_reference(const Case& c) {
   auto model = c.make();
-  DataParallelOptimizer opt(model->parameters(), optim(), nullptr, "optim");
+  std::vector<at::Tensor> trainable;  // every parameter but frozen ones (requires_grad false)
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  DataParallelOptimizer opt(trainable, optim(), nullptr, "optim");
   Trace t;
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
@@ -204,6 +207,8 @@ std::vector<Trace> train_sharded(const Case& c, int n, int64_t fsdp_size, bool r
     RANK_CHECK(checks, fsdp->strategy() == expected);
     RANK_CHECK(checks, fsdp->offloaded() == offload);  // from construction on
     ShardedOptimizer opt(fsdp, optim(), "optim");
+    size_t trainable = 0;
+    for (const auto& p : model->parameters()) trainable += p.requires_grad() ? 1 : 0;
     const int64_t rows = kRows / n, half = rows / 2;
     auto& t = traces[static_cast<size_t>(pg->rank())];
     for (int s = 0; s < kSteps; ++s) {
@@ -224,10 +229,12 @@ std::vector<Trace> train_sharded(const Case& c, int n, int64_t fsdp_size, bool r
       t.norms.push_back(opt.step(kMaxNorm));
       RANK_CHECK(checks, fsdp->offloaded() == offload);
     }
+    // AdamW's two moments for each trainable parameter's shard, none for frozen ones
+    RANK_CHECK(checks, opt.state_tensors().size() == 2 * trainable);
     fsdp->for_each_full_parameter(
         [&](const std::string& name, const at::Tensor& full) { t.weights[name] = full.clone(); });
   });
-  checks.report(n * (2 + kSteps));
+  checks.report(n * (3 + kSteps));
   return traces;
 }
 
@@ -294,6 +301,34 @@ TEST_CASE("a language model whose head goes through FsdpModule::head trains as o
     }
     SECTION("HYBRID_SHARD, " + head + ", 4 ranks in groups of 2") {
       for (const auto& t : train_sharded(c, 4, 2, true, ShardingStrategy::hybrid_shard)) check_same_training(t, ref);
+    }
+  }
+}
+
+TEST_CASE("frozen parameters (LoRA's base) under FSDP: never reduced nor stepped, bit-identical; the rest trains "
+          "as one rank") {
+  for (bool tied : {true, false}) {
+    auto c = lm_case(tied);
+    const auto make = c.make;
+    c.make = [make] {  // the weights frozen (embedding, layers, head); biases and the scale train
+      auto model = make();
+      for (auto& item : model->named_parameters())
+        if (item.key().ends_with(".weight")) item.value().set_requires_grad(false);
+      return model;
+    };
+    const auto initial = state_of(*make());
+    const auto ref = train_reference(c);
+    CHECK(ref.losses.back() < ref.losses.front());
+    for (int64_t fsdp_size : {int64_t{-1}, int64_t{1}}) {
+      CAPTURE(tied, fsdp_size);
+      const auto expected = fsdp_size == 1 ? ShardingStrategy::no_shard : ShardingStrategy::full_shard;
+      for (const auto& t : train_sharded(c, 2, fsdp_size, true, expected)) {
+        check_same_training(t, ref);
+        for (const auto& [name, w] : t.weights) {
+          INFO(name);
+          if (name.ends_with(".weight")) CHECK(torch::equal(w, initial.at(name)));
+        }
+      }
     }
   }
 }

@@ -156,6 +156,9 @@ TEST_CASE("one-step-off (separate_async, 1 batch ahead): the rollout group train
   CHECK(series(h, "training/off_policy/queued_batches") == std::vector<double>{1, 1, 1});
   for (const auto& m : h) {
     CHECK(m.contains("timing_s/update_weights"));
+    // the bytes export_weights handed over: every parameter of the full-weight actor (LoRA: the adapters)
+    REQUIRE(m.contains("training/weight_sync/bytes"));
+    CHECK(m.at("training/weight_sync/bytes").get<double>() > 0);
     CHECK(m.contains("actor/pg_loss"));
     for (const auto& [k, v] : m.items())
       if (v.is_number()) CHECK(std::isfinite(v.get<double>()));

@@ -169,7 +169,9 @@ TEST_CASE("bad config values are ValueErrors naming the key and the value") {
   CHECK_THAT(with("rollout", "max_num_seqs", 0), Catch::Contains("actor_rollout_ref.rollout.max_num_seqs"));
   CHECK_THAT(with("rollout", "kv_cache_bytes", 0), Catch::Contains("actor_rollout_ref.rollout.kv_cache_bytes"));
   CHECK_THAT(with("model", "path", ""), Catch::Contains("actor_rollout_ref.model.path"));
-  CHECK_THAT(with("model", "lora_rank", 8), Catch::Contains("lora_rank"));
+  CHECK_THAT(with("model", "lora_rank", -1), Catch::Contains("actor_rollout_ref.model.lora_rank"));
+  CHECK_THAT(with("model", "target_modules", 3), Catch::Contains("actor_rollout_ref.model.target_modules"));
+  CHECK_THAT(with("model", "lora_adapter_path", "/a"), Catch::Contains("actor_rollout_ref.model.lora_adapter_path"));
   auto kl = actor_rollout_ref_config(4, {{"use_kl_loss", true}, {"kl_loss_type", "k9"}});
   CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(kl); }), Catch::Contains("kl_loss_type"));
   auto cosine = actor_rollout_ref_config(4, {{"optim", {{"lr_scheduler_type", "cosine"}}}});
@@ -313,4 +315,24 @@ TEST_CASE("optimizer: cosine schedule with warmup decays to min_lr_ratio at tota
   // halfway through the decay: (1 + min) / 2
   CHECK(lrs[4] == Approx(2.0 * 0.55));
   CHECK(lrs[6] == Approx(2.0 * 0.1));
+}
+
+TEST_CASE("LoRA keys: verl's lora_rank, lora_alpha, target_modules (string or list), exclude_modules") {
+  auto cfg = actor_rollout_ref_config();
+  auto plain = parse_actor_rollout_ref_config(cfg);
+  CHECK(plain.model.lora.rank == 0);
+  CHECK(plain.model.lora.target_modules == std::vector<std::string>{"all-linear"});
+  cfg["model"]["lora_rank"] = 8;
+  cfg["model"]["lora_alpha"] = 32;
+  cfg["model"]["target_modules"] = Json::array({"q_proj", "v_proj"});
+  cfg["model"]["exclude_modules"] = "model.layers.0.self_attn.q_proj";
+  auto lora = parse_actor_rollout_ref_config(cfg).model.lora;
+  CHECK(lora.rank == 8);
+  CHECK(lora.alpha == 32.0);
+  CHECK(lora.target_modules == std::vector<std::string>{"q_proj", "v_proj"});
+  CHECK(lora.exclude_modules == std::vector<std::string>{"model.layers.0.self_attn.q_proj"});
+  Json critic = {{"model", {{"path", "/m"}, {"lora_rank", 4}, {"target_modules", "all-linear"}}}};
+  CHECK(parse_critic_config(critic).model.lora.rank == 4);
+  critic["model"]["lora_alpha"] = 0;
+  CHECK_THAT(error_of([&] { parse_critic_config(critic); }), Catch::Contains("critic.model.lora_alpha"));
 }

@@ -157,17 +157,19 @@ std::optional<AsyncPipeline::Generated> AsyncPipeline::next(int64_t step, nlohma
   }
 }
 
-void AsyncPipeline::publish_weights(int64_t version) {
+int64_t AsyncPipeline::publish_weights(int64_t version) {
   const Value parts = actor_.call(&ActorRolloutRefWorker::export_weights);  // one DataProto per rank
   if (!parts.is_list() || parts.list().empty() || !parts.list().front().is_dataproto())
     throw Error("export_weights: expected one DataProto per rank, got " + parts.kind());
   DataProto weights = parts.list().front().dataproto();  // rank 0 answers for the whole actor
   weights.meta_info["weight_version"] = version;
+  const int64_t bytes = weights.meta_info.value("sync_bytes", int64_t{0});
   generation_version_ = version;  // batches launched from now on queue behind this load
   executor_->submit([this, weights = std::move(weights)] {
     if (executor_->failure()) return;
     rollout_->call(&ActorRolloutRefWorker::load_weights, weights);
   });
+  return bytes;
 }
 
 void AsyncPipeline::after_actor_update(int64_t step, nlohmann::json& metrics) {
@@ -175,7 +177,7 @@ void AsyncPipeline::after_actor_update(int64_t step, nlohmann::json& metrics) {
     generation_version_ = step;
   } else if (step % options_.parameter_sync_step == 0) {
     Timer t(metrics, "update_weights");
-    publish_weights(step);
+    metrics["training/weight_sync/bytes"] = publish_weights(step);
   }
   // what the next batches generate on, and how many are launched ahead (the prometheus tracker's gauges)
   metrics["training/off_policy/rollout_weight_version"] = generation_version_;

@@ -106,7 +106,8 @@ class AsyncPipeline {
   };
   void launch();
   void submit_segment(DataProtoPromise promise, DataProto input, int64_t segment);
-  void publish_weights(int64_t version);
+  /// Returns the bytes sent (export_weights' sync_bytes: the adapters only under LoRA).
+  int64_t publish_weights(int64_t version);
   void settle();
 
   AsyncSection options_;

@@ -56,12 +56,19 @@ ActorRolloutRefWorker::~ActorRolloutRefWorker() = default;
 
 void ActorRolloutRefWorker::init_model() {
   const fs::path path = config_.model.path;
+  const auto& lora = config_.model.lora;
   if (has_actor(role_) || has_rollout(role_)) {
     policy_ = models::load_causal_lm(path);
     policy_->to(device_);
     policy_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
+    if (lora.enabled()) {
+      models::apply_lora(*policy_, lora, {}, models::kLoraInitSeed);
+      if (!config_.model.lora_adapter_path.empty())
+        models::load_adapter(*policy_, config_.model.lora_adapter_path, path.string());
+    }
   }
-  if (has_ref(role_)) {
+  // LoRA: the reference policy is the policy with its adapters disabled (no second copy)
+  if (has_ref(role_) && !(lora.enabled() && policy_)) {
     ref_ = models::load_causal_lm(path);
     ref_->to(device_);
     ref_->eval();
@@ -74,20 +81,23 @@ void ActorRolloutRefWorker::init_model() {
   if (has_actor(role_)) {
     policy_fsdp_ =
         detail::shard_model(*policy_, group_, config_.actor.fsdp, "actor", "actor_rollout_ref.actor.fsdp_config");
-    if (policy_fsdp_)
+    if (policy_fsdp_)  // steps the trainable shards only (the adapters under LoRA)
       optimizer_ = std::make_unique<parallel::ShardedOptimizer>(policy_fsdp_, config_.actor.optim,
                                                                 "actor_rollout_ref.actor.optim");
-    else
-      optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(policy_->parameters(), config_.actor.optim, group_,
-                                                                     "actor_rollout_ref.actor.optim");
+    else  // trainable_parameters: every parameter without LoRA, the adapters with it
+      optimizer_ = std::make_unique<parallel::DataParallelOptimizer>(
+          models::trainable_parameters(*policy_), config_.actor.optim, group_, "actor_rollout_ref.actor.optim");
   }
   if (ref_)
     ref_fsdp_ = detail::shard_model(*ref_, group_, config_.ref_fsdp, "ref", "actor_rollout_ref.ref.fsdp_config");
   if (has_rollout(role_)) {
+    if (lora.enabled()) merged_ = std::make_unique<models::MergedCopy>(policy_);
     rollout_generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(config_.rollout.seed + rank()));
-    rollout_ = rollout::make_rollout_backend(
-        config_.rollout.name,
-        {.model = policy_, .device = device_, .config = rollout_json_, .rank = rank(), .world_size = world_size()});
+    rollout_ = rollout::make_rollout_backend(config_.rollout.name, {.model = merged_ ? merged_->model() : policy_,
+                                                                   .device = device_,
+                                                                   .config = rollout_json_,
+                                                                   .rank = rank(),
+                                                                   .world_size = world_size()});
   }
 }
 
@@ -151,6 +161,11 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
     span.end();
     handoff.reshard_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  // LoRA: the adapters trained since the last rollout are merged into the served copy here (the
+  // rewritten weights' version counters move, so the engine repacks just those)
+  // (a sharded policy's gather and its optimizer, which steps the master shards, move no version
+  // counter of the parameters: every layer is re-merged then)
+  if (merged_) merged_->refresh(/*force=*/policy_fsdp_ != nullptr);
   DataProto out;
   if (has_rows) out = rollout_->generate_sequences(input, options);
   // verl's free_cache_engine: the KV pool goes before training (the sharding manager's exit).
@@ -256,8 +271,13 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(DataProto data) {
   if (!has_ref(role_))
     throw ValueError(std::string("compute_ref_log_prob needs the ref role; this worker is ") + to_string(role_));
   require_initialized("compute_ref_log_prob");
-  DataProto out =
-      log_probs_of(ref_, ref_fsdp_.get(), data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
+  DataProto out;
+  if (ref_) {
+    out = log_probs_of(ref_, ref_fsdp_.get(), data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
+  } else {  // LoRA: the base model is the policy without its adapters
+    models::DisableAdapters base_only;
+    out = log_probs_of(policy_, policy_fsdp_.get(), data, config_.ref, /*with_entropy=*/false, "compute_ref_log_prob");
+  }
   out.rename({"log_probs"}, {"ref_log_prob"});
   return out;
 }
@@ -274,7 +294,9 @@ detail::RoleCheckpoint ActorRolloutRefWorker::checkpoint_role() {
           .generator = rollout_generator_ ? &*rollout_generator_ : nullptr,
           .group = group_.get(),
           .model_dir = config_.model.path,
-          .contents = &config_.actor.checkpoint};
+          .contents = &config_.actor.checkpoint,
+          .lora = trained && config_.model.lora.enabled() ? &config_.model.lora : nullptr,
+          .task_type = "CAUSAL_LM"};
 }
 
 void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step) {
@@ -285,6 +307,7 @@ void ActorRolloutRefWorker::save_checkpoint(std::string dir, int64_t global_step
 void ActorRolloutRefWorker::load_checkpoint(std::string dir) {
   require_initialized("load_checkpoint");
   detail::load_role_checkpoint(checkpoint_role(), dir);
+  if (merged_ && !policy_fsdp_) merged_->refresh(/*force=*/true);  // sharded: every rollout re-merges
   if (rollout_) rollout_->weights_changed();  // whatever path wrote the weights
 }
 

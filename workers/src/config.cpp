@@ -32,15 +32,43 @@ void check_positive(const std::optional<int64_t>& v, const std::string& path) {
 
 void read_fsdp(Section& owner, Section s, FsdpSection& f);
 
+// target_modules / exclude_modules: a string ("all-linear", or one module name) or a list of names.
+std::vector<std::string> module_names(const Json& v, const std::string& path) {
+  if (v.is_null()) return {};
+  if (v.is_string()) return {v.get<std::string>()};
+  std::vector<std::string> out;
+  require_config(v.is_array(), path, "a module name or a list of module names", v);
+  for (const auto& e : v) {
+    require_config(e.is_string(), path, "a list of module names", v);
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+void read_lora(Section& s, ModelSection& out) {
+  auto& l = out.lora;
+  s.read("lora_rank", l.rank, {.help = "LoRA rank (0: full fine-tuning; docs/lora.md)", .minimum = 0});
+  s.read("lora_alpha", l.alpha, {.help = "LoRA alpha (the update is scaled by alpha / rank)"});
+  Json targets = "all-linear", excluded = nullptr;
+  s.read("target_modules", targets, {.help = "all-linear or a list of linear layer names LoRA adapts"});
+  s.read("exclude_modules", excluded, {.help = "linear layer names LoRA leaves alone", .null_default = true});
+  s.read("lora_adapter_path", out.lora_adapter_path,
+         {.help = "a PEFT adapter directory to start from (empty: fresh adapters)"});
+  if (s.describing()) return;
+  l.target_modules = module_names(targets, s.key_path("target_modules"));
+  l.exclude_modules = module_names(excluded, s.key_path("exclude_modules"));
+  l.validate(s.key_path("").substr(0, s.key_path("").size() - 1));
+  require_config(out.lora_adapter_path.empty() || l.enabled(), s.key_path("lora_adapter_path"),
+                 "empty when lora_rank is 0", out.lora_adapter_path);
+}
+
 void read_model(Section s, ModelSection& out, const char* path_help, Section* owner = nullptr,
                 FsdpSection* fsdp = nullptr) {
   if (fsdp) read_fsdp(*owner, s.sub("fsdp_config"), *fsdp);
   s.read("path", out.path, {.help = path_help});
   s.read("enable_gradient_checkpointing", out.enable_gradient_checkpointing, {.help = "recompute activations"});
+  read_lora(s, out);
   s.ignore({"use_remove_padding",
-            "lora_rank",
-            "lora_alpha",
-            "target_modules",
             "use_fused_kernels",
             "trust_remote_code",
             "external_lib",
@@ -50,8 +78,6 @@ void read_model(Section s, ModelSection& out, const char* path_help, Section* ow
             "use_liger",
             "enable_activation_offload",
             "custom_chat_template",
-            "exclude_modules",
-            "lora_adapter_path",
             "fused_kernel_options",
             "input_tokenizer",
             "fsdp_config",
@@ -62,12 +88,6 @@ void read_model(Section s, ModelSection& out, const char* path_help, Section* ow
             "dtype"});
   s.finish();
   if (!s.describing()) require_config(!out.path.empty(), s.key_path("path"), "a model directory", out.path);
-}
-
-void check_no_lora(const Json& model, const std::string& path) {
-  if (model.is_object() && model.contains("lora_rank") && model.at("lora_rank").is_number_integer())
-    require_config(model.at("lora_rank").get<int64_t>() == 0, path + ".lora_rank",
-                   "0 (LoRA is not supported by hyflow yet)", model.at("lora_rank"));
 }
 
 void check_sp(Section& s) {
@@ -499,6 +519,9 @@ void read_critic(Section s, CriticConfig& c) {
 
 void read_reward_model(Section s, RewardModelConfig& c) {
   read_model(s.sub("model"), c.model, "reward model directory");
+  if (!s.describing())
+    require_config(!c.model.lora.enabled(), s.key_path("model.lora_rank"), "0 (the reward model is not trained)",
+                   c.model.lora.rank);
   read_forward(s, c.forward, "micro_batch_size_per_gpu", "use_dynamic_bsz", "forward_max_token_len_per_gpu", nullptr);
   s.read("nccl_timeout", c.nccl_timeout, {.minimum = 1, .set_by_trainer = true});  // actor_rollout_ref.nccl_timeout
   check_sp(s);
@@ -512,14 +535,12 @@ void read_reward_model(Section s, RewardModelConfig& c) {
 }  // namespace
 
 ActorRolloutRefConfig parse_actor_rollout_ref_config(const Json& json) {
-  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "actor_rollout_ref.model");
   ActorRolloutRefConfig c;
   read_actor_rollout_ref(Section(json, "actor_rollout_ref"), c);
   return c;
 }
 
 CriticConfig parse_critic_config(const Json& json) {
-  if (json.is_object() && json.contains("model")) check_no_lora(json.at("model"), "critic.model");
   CriticConfig c;
   read_critic(Section(json, "critic"), c);
   return c;

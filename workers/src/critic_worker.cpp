@@ -45,6 +45,12 @@ void CriticWorker::init_model() {
   model_ = models::load_value_model(config_.model.path);
   model_->to(device_);
   model_->model->set_gradient_checkpointing(config_.model.enable_gradient_checkpointing);
+  const auto& lora = config_.model.lora;
+  if (lora.enabled()) {  // the value head trains in full (PEFT's modules_to_save)
+    models::apply_lora(*model_, lora, {"score"}, models::kLoraInitSeed);
+    if (!config_.model.lora_adapter_path.empty())
+      models::load_adapter(*model_, config_.model.lora_adapter_path, config_.model.path);
+  }
   group_ = detail::process_group_of(*this, {std::chrono::seconds(config_.nccl_timeout), "critic.nccl_timeout"});
   parallel::broadcast_parameters(model_->parameters(), group_.get());  // a fresh value head differs per rank
   fsdp_ = detail::shard_model(*model_, group_, config_.fsdp, "critic", "critic.model.fsdp_config");
@@ -52,7 +58,8 @@ void CriticWorker::init_model() {
     optimizer_ = std::make_unique<parallel::ShardedOptimizer>(fsdp_, config_.optim, "critic.optim");
   else
     optimizer_ =
-        std::make_unique<parallel::DataParallelOptimizer>(model_->parameters(), config_.optim, group_, "critic.optim");
+        std::make_unique<parallel::DataParallelOptimizer>(models::trainable_parameters(*model_), config_.optim,
+                                                          group_, "critic.optim");
 }
 
 void CriticWorker::require_initialized(const char* method) const {
@@ -133,7 +140,10 @@ detail::RoleCheckpoint CriticWorker::checkpoint_role() {
           .generator = nullptr,
           .group = group_.get(),
           .model_dir = config_.model.path,
-          .contents = &config_.checkpoint};
+          .contents = &config_.checkpoint,
+          .lora = config_.model.lora.enabled() ? &config_.model.lora : nullptr,
+          .modules_to_save = {"score"},
+          .task_type = "TOKEN_CLS"};
 }
 
 void CriticWorker::save_checkpoint(std::string dir, int64_t global_step) {

@@ -94,6 +94,8 @@ void load_sharded_optimizer_state(const RoleCheckpoint& role, const fs::path& di
 
 }  // namespace
 
+const char* const kLoraAdapterDir = "lora_adapter";
+
 void save_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir, int64_t global_step) {
   const auto& contents = *role.contents;
   fs::create_directories(dir);
@@ -109,7 +111,15 @@ void save_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir, int64
     parallel::save_sharded_checkpoint(*role.fsdp, sharded_optimizer, dir,
                                       Json{{"config", models::config_to_json(*role.config)}}, role.group);
   }
-  if (hf) {
+  if (role.lora) {
+    if (model || hf) {  // the adapters, gathered when sharded (the sharded layout above resumes too)
+      if (sharded) role.fsdp->unshard_all();
+      if (role.rank == 0)
+        models::save_adapter(*role.model, *role.lora, role.model_dir.string(), dir / kLoraAdapterDir,
+                             role.modules_to_save, role.task_type);
+      if (sharded) role.fsdp->reshard_all();
+    }
+  } else if (hf) {
     if (sharded) role.fsdp->unshard_all();  // rank 0 writes the full model
     if (role.rank == 0) models::save_pretrained(*role.model, *role.config, dir);
     if (sharded) role.fsdp->reshard_all();
@@ -128,7 +138,17 @@ void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
   const bool sharded_layout = parallel::is_sharded_checkpoint(dir);
   const int saved_world_size = check_state(dir, role.worker, role.world_size, /*any_world_size=*/sharded_layout);
   const bool same_world = saved_world_size == role.world_size;
-  if (role.model && contents.loads("model")) {
+  if (role.model && contents.loads("model") && role.lora && !(sharded_layout && role.fsdp)) {
+    // the PEFT folder: checked against the model, onto the base of model_dir
+    if (role.fsdp) {
+      auto adapter = models::read_adapter(*role.model, dir / kLoraAdapterDir, role.model_dir.string());
+      auto full = models::load_checkpoint_tensors(role.model_dir);
+      full.insert(full.end(), adapter.begin(), adapter.end());  // later names win: the adapter's score head
+      role.fsdp->load_full_parameters(named_parameters(full), dir.string());
+    } else {
+      models::load_adapter(*role.model, dir / kLoraAdapterDir, role.model_dir.string());
+    }
+  } else if (role.model && contents.loads("model")) {
     torch::NoGradGuard no_grad;
     if (sharded_layout && role.fsdp) {
       parallel::load_sharded_parameters(*role.fsdp, dir);  // this rank's rows only

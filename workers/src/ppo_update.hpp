@@ -75,6 +75,11 @@ struct RoleCheckpoint {
   parallel::ProcessGroup* group = nullptr;
   std::filesystem::path model_dir;  ///< model.path: its tokenizer files are copied along
   const CheckpointSection* contents = nullptr;
+  /// LoRA: "model" / "hf_model" are the PEFT adapter folder <dir>/lora_adapter (the base model is
+  /// model_dir's, unchanged); loading checks its base model and target modules.
+  const models::LoraConfig* lora = nullptr;
+  std::vector<std::string> modules_to_save;  ///< PEFT's modules_to_save ("score" for the critic)
+  std::string task_type = "CAUSAL_LM";       ///< PEFT's task_type
 };
 
 /// Writes a worker checkpoint into `dir` (every rank calls it; ends with a barrier). With

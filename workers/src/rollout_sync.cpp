@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include <map>
+
 namespace hyflow::workers {
 
 namespace {
@@ -39,11 +41,15 @@ DataProto ActorRolloutRefWorker::export_weights() {
     });
     if (rank() != 0) return DataProto();
   } else {
-    // Replicated: every rank holds the full state, so only rank 0 answers.
+    // Replicated: every rank holds the full state, so only rank 0 answers. LoRA: only the
+    // adapters travel (the rollout group holds the same frozen base).
     if (rank() != 0) return DataProto();
-    for (const auto& item : policy_->named_parameters(/*recurse=*/true)) keep(item.key(), item.value());
+    for (const auto& [name, t] : models::named_trainable_parameters(*policy_)) keep(name, t);
   }
-  return DataProto(std::move(state), {}, Json{{"num_parameters", count}});
+  int64_t bytes = 0;
+  for (const auto& [name, t] : state) bytes += t.numel() * t.element_size();
+  return DataProto(std::move(state), {},
+                   Json{{"num_parameters", count}, {"sync_bytes", bytes}, {"lora", config_.model.lora.enabled()}});
 }
 
 void ActorRolloutRefWorker::load_weights(DataProto weights) {
@@ -59,7 +65,30 @@ void ActorRolloutRefWorker::load_weights(DataProto weights) {
                      std::to_string(weights.size()));
   models::NamedTensors tensors;
   for (const auto& [name, t] : weights.batch) tensors.emplace_back(name, t.select(0, 0));
-  rollout_->load_weights(tensors, method + " of weight version " + std::to_string(version));
+  const std::string source = method + " of weight version " + std::to_string(version);
+  const bool lora_weights = weights.meta_info.value("lora", false);
+  if (lora_weights != config_.model.lora.enabled())
+    throw ValueError(source + ": the trainer sent " + (lora_weights ? "LoRA adapters only" : "full weights") +
+                     " while this rollout group's actor_rollout_ref.model.lora_rank is " +
+                     std::to_string(config_.model.lora.rank));
+  if (merged_) {
+    // the adapters into policy_ (by name, every one required), merged into the served copy
+    std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+    torch::NoGradGuard no_grad;
+    for (auto& [name, param] : models::named_trainable_parameters(*policy_)) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) throw FormatError(source + ": adapter tensor '" + name + "' is missing");
+      if (it->second.sizes() != param.sizes())
+        throw FormatError(source + ": adapter tensor '" + name + "' has another shape than the model's");
+      param.copy_(it->second);
+      by_name.erase(it);
+    }
+    if (!by_name.empty())
+      throw FormatError(source + ": tensor '" + by_name.begin()->first + "' is not an adapter of this model");
+    merged_->refresh();
+  } else {
+    rollout_->load_weights(tensors, source);
+  }
   weight_version_ = version;
 }
 

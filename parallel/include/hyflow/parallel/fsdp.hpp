@@ -96,7 +96,9 @@ struct NamedParameter {
   at::Tensor tensor;
 };
 
-/// One unit: the parameters gathered and freed together.
+/// One unit: the parameters gathered and freed together. Parameters without requires_grad are
+/// frozen (LoRA's base weights): gathered for the forward and backward like the others, but their
+/// gradients are never formed nor reduce-scattered, and the sharded optimizer skips them.
 struct FsdpUnit {
   std::string name;
   std::vector<NamedParameter> parameters;
@@ -189,6 +191,9 @@ class FsdpModule {
     int64_t rows = 0;                   ///< dim 0 of the full parameter (1 for a scalar)
     int64_t rows_per_shard = 0;         ///< ceil(rows / shard size)
     at::ScalarType dtype = at::kFloat;  ///< the model parameter's dtype
+    /// false for a parameter without requires_grad at construction (a LoRA base weight): its
+    /// shard gets no gradient (nothing is reduced for it) and no optimizer state.
+    bool trainable = true;
   };
   std::vector<ShardInfo> shard_infos() const;
   /// Copies full parameters (by name, as a state dict) into the local shards; ShapeError /

@@ -21,7 +21,8 @@ struct NamedAdamState {
 
 class ShardedOptimizer : public Optimizer {
  public:
-  /// `path` names the optim config in errors ("actor_rollout_ref.actor.optim").
+  /// `path` names the optim config in errors ("actor_rollout_ref.actor.optim"). Steps the shards of
+  /// the module's trainable parameters only (frozen ones: no gradient, no state).
   ShardedOptimizer(std::shared_ptr<FsdpModule> module, const OptimConfig& config, const std::string& path);
   ~ShardedOptimizer() override;
 
@@ -53,11 +54,13 @@ class ShardedOptimizer : public Optimizer {
 
  private:
   double step_on_device(double max_norm);
+  std::vector<at::Tensor> trainable_shards() const;
   // FsdpOptions::optimizer_offload: the moments to host memory after a step, back before one
   void move_state(bool to_host);
 
   std::shared_ptr<FsdpModule> module_;
-  std::unique_ptr<DataParallelOptimizer> local_;
+  std::vector<bool> trainable_;  ///< per module parameter (shard_infos order): has optimizer state
+  std::unique_ptr<DataParallelOptimizer> local_;  ///< over the trainable shards
   bool state_offloaded_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include <hyflow/actors/worker.hpp>
 #include <hyflow/inference/generation.hpp>
 #include <hyflow/models/llama.hpp>
+#include <hyflow/models/lora.hpp>
 #include <hyflow/workers/config.hpp>
 
 #include <ATen/core/Generator.h>
@@ -125,7 +126,10 @@ class ActorRolloutRefWorker : public Worker {
   c10::Device device_;
   std::shared_ptr<parallel::ProcessGroup> group_;
   models::CausalLM policy_{nullptr};
-  models::CausalLM ref_{nullptr};
+  models::CausalLM ref_{nullptr};  ///< null under LoRA: the reference is policy_ with adapters disabled
+  /// LoRA: the plain model the rollout serves, adapters merged into its linear weights at each
+  /// rollout (docs/lora.md); null without LoRA (the rollout serves policy_).
+  std::unique_ptr<models::MergedCopy> merged_;
   std::shared_ptr<parallel::FsdpModule> policy_fsdp_;  ///< null: replicated (one rank, NO_SHARD in fp32)
   std::shared_ptr<parallel::FsdpModule> ref_fsdp_;
   std::unique_ptr<parallel::Optimizer> optimizer_;

@@ -7,6 +7,7 @@
 
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/core/config_key.hpp>
+#include <hyflow/models/lora.hpp>
 #include <hyflow/parallel/optim_config.hpp>
 
 #include <nlohmann/json.hpp>
@@ -112,6 +113,9 @@ struct RolloutSection {
 struct ModelSection {
   std::string path;
   bool enable_gradient_checkpointing = false;
+  /// lora_rank, lora_alpha, target_modules, exclude_modules (docs/lora.md); rank 0: full weights.
+  models::LoraConfig lora;
+  std::string lora_adapter_path;  ///< a PEFT adapter directory to start from
 };
 
 /// actor_rollout_ref: model, actor, rollout, ref.
