@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -33,6 +34,29 @@ inline std::unique_ptr<hyflow::Runtime> network_runtime() {
   hyflow::RuntimeOptions o;
   o.network = true;
   return std::make_unique<hyflow::Runtime>(o);
+}
+
+/// A socket listening on a free port of 127.0.0.1 (a fake node or holder in a test); throws
+/// std::runtime_error naming the call that failed.
+struct LoopbackListener {
+  int fd = -1;
+  int port = 0;
+};
+inline LoopbackListener listen_on_loopback(int backlog) {
+  LoopbackListener l;
+  l.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(l.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l.fd, backlog) != 0 ||
+      ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const int err = errno;
+    ::close(l.fd);
+    throw std::runtime_error(std::string("listen on 127.0.0.1 failed: ") + std::strerror(err));
+  }
+  l.port = ntohs(a.sin_port);
+  return l;
 }
 
 /// A loopback port nothing listens on: bound once, then closed again.

@@ -216,15 +216,9 @@ class DoorAttacker {
 class FakeNode {
  public:
   explicit FakeNode(std::function<void(int)> serve) : serve_(std::move(serve)) {
-    lfd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    REQUIRE(::bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(lfd_, 16) == 0);
-    ::getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    const auto listener = test::listen_on_loopback(16);
+    lfd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] {
       for (;;) {
         int c = ::accept(lfd_, nullptr, nullptr);
@@ -388,15 +382,9 @@ TEST_CASE("idle peers at the front door are evicted oldest first or timed out, w
 
 TEST_CASE("a peer that is not a caf-node of this protocol version gets a ClusterError naming it and the versions") {
   // A fake node that greets with protocol v99.
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(lfd, 4) == 0);
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  const auto listener = test::listen_on_loopback(4);
+  const int lfd = listener.fd;
+  const int port = listener.port;
   std::thread fake([lfd] {
     int c = ::accept(lfd, nullptr, nullptr);
     if (c < 0) return;

@@ -42,15 +42,9 @@ std::vector<char> pattern(size_t n) {
 class FakeHolder {
  public:
   FakeHolder() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd_, 4) == 0);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    const auto listener = test::listen_on_loopback(4);
+    fd_ = listener.fd;
+    port_ = listener.port;
   }
   ~FakeHolder() {
     if (thread_.joinable()) thread_.join();

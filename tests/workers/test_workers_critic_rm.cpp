@@ -21,24 +21,6 @@ WorkerGroup critic_group(Runtime& rt, int ws, Json config = critic_config()) {
   return wg;
 }
 
-/// A rollout-shaped batch with returns, built without an actor (random responses).
-DataProto critic_batch(int64_t rows, uint64_t seed = 9) {
-  auto p = prompts(rows, 5, seed);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const int64_t R = 6;
-  auto responses = torch::randint(3, kVocab, {rows, R}, gen, torch::kLong);
-  auto response_mask = torch::ones({rows, R}, torch::kLong);
-  for (int64_t r = 0; r < rows; ++r) response_mask[r].narrow(0, R - r % 3, r % 3).fill_(0);
-  auto mask = torch::cat({p.batch.at("attention_mask"), response_mask}, 1);
-  auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
-  return DataProto(TensorDict{{"responses", responses},
-                              {"input_ids", torch::cat({p.batch.at("input_ids"), responses}, 1)},
-                              {"attention_mask", mask},
-                              {"position_ids", pos},
-                              {"response_mask", response_mask},
-                              {"returns", torch::randn({rows, R}, gen) * response_mask}});
-}
-
 std::vector<std::string> critic_digests(WorkerGroup& wg) { return wg.call(&CriticWorker::parameter_digest); }
 }  // namespace
 

@@ -50,23 +50,6 @@ DataProto train_once(WorkerGroup& actor, uint64_t seed = 3) {
   return gen;
 }
 
-/// A rollout-shaped batch with returns, built without an actor (random responses).
-DataProto critic_batch(int64_t rows, uint64_t seed = 9) {
-  auto p = prompts(rows, 5, seed);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const int64_t R = 6;
-  auto responses = torch::randint(3, kVocab, {rows, R}, gen, torch::kLong);
-  auto response_mask = torch::ones({rows, R}, torch::kLong);
-  auto mask = torch::cat({p.batch.at("attention_mask"), response_mask}, 1);
-  auto pos = (mask.cumsum(-1) - 1).clamp_min(0);
-  return DataProto(TensorDict{{"responses", responses},
-                              {"input_ids", torch::cat({p.batch.at("input_ids"), responses}, 1)},
-                              {"attention_mask", mask},
-                              {"position_ids", pos},
-                              {"response_mask", response_mask},
-                              {"returns", torch::randn({rows, R}, gen) * response_mask}});
-}
-
 // The merged model of a LoRA checkpoint written as a plain Hugging Face folder.
 void write_merged(const fs::path& adapter, const fs::path& out) {
   auto model = models::load_causal_lm(tiny_model_dir());
@@ -221,7 +204,7 @@ TEST_CASE("LoRA critic: the value head trains in full, the base stays frozen: th
     return wg;
   };
   auto critic = make();
-  DataProto batch = critic_batch(4);
+  DataProto batch = critic_batch(4, 9, /*ragged=*/false);
   const DataProto before = critic.call(&CriticWorker::compute_values, batch);
   batch.union_with(before);
   critic.call(&CriticWorker::update_critic, batch);
