@@ -116,7 +116,6 @@ EngineLoop::~EngineLoop() {
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
-    stopping_flag_ = true;
     for (auto& job : pending_) job->fail("the server is shutting down");
     pending_.clear();
   }
@@ -245,17 +244,12 @@ void EngineLoop::run_once() {
   hooks.admit = [&] {
     std::vector<inference::DecodeRequest> out;
     std::lock_guard lk(mu_);
-    if (stopping_ || update_ != nullptr) return out;
+    if (stopping_ || update_ != nullptr || pending_.empty()) return out;
     int64_t live = 0;
     for (const auto& job : jobs) live += job->done() ? 0 : 1;
     for (auto it = pending_.begin(); it != pending_.end();) {
       const auto job = *it;
-      bool cancelled = false;
-      {
-        std::lock_guard jl(job->mu_);
-        cancelled = job->cancelled_;
-      }
-      if (cancelled) {
+      if (job->cancelled()) {
         job->fail("cancelled");
         it = pending_.erase(it);
         continue;
@@ -291,7 +285,7 @@ void EngineLoop::run_once() {
     const auto& ends = sampling.eos_token_ids;
     const bool eos = std::find(ends.begin(), ends.end(), token) != ends.end();
     ++tokens_;
-    return slot.job->push(slot.sample, token, log_prob, eos || stopping_flag_.load());
+    return slot.job->push(slot.sample, token, log_prob, eos || stopping_.load());
   };
   try {
     engine_.run({}, sampling, hooks);

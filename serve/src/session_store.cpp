@@ -2,6 +2,8 @@
 
 #include <hyflow/serve/api_error.hpp>
 
+#include <hyflow/dataproto/position_ids.hpp>
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -133,7 +135,7 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
     session_ids.push_back(session.id);
     versions.push_back(row.versions);
   }
-  auto position_ids = (attention_mask.cumsum(1) - 1).clamp_min(0);
+  auto position_ids = dataproto::position_ids_from_mask(attention_mask);
   TensorDict batch{{"prompts", prompts},
                    {"responses", responses},
                    {"response_mask", response_mask},

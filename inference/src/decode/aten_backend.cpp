@@ -40,9 +40,6 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
 
 AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements)
     : model_(std::move(model)), block_size_(block_size), chunk_elements_(attention_chunk_elements) {
-  if (chunk_elements_ <= 0) {
-    throw ValueError("DecodeEngine: attention_chunk_elements must be > 0, got " + std::to_string(chunk_elements_));
-  }
   if (!supports(model_)) {
     throw ValueError(
         "DecodeEngine (ATen backend): the model's parameters must be floating point, contiguous and on "

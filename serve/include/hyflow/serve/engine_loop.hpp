@@ -154,8 +154,7 @@ class EngineLoop {
   std::deque<std::shared_ptr<GenerationJob>> pending_;
   std::atomic<int64_t> in_flight_{0};  // submitted and not done (a job's on_done_ lowers it)
   std::atomic<int64_t> cancelled_{0};
-  bool stopping_ = false;
-  std::atomic<bool> stopping_flag_{false};  // stopping_, read by the engine thread per token
+  std::atomic<bool> stopping_{false};  // set under mu_; the engine thread also reads it per token
   std::atomic<int64_t> tokens_{0};
   std::exception_ptr update_error_;
   const std::function<void(models::CausalLM&)>* update_ = nullptr;  // the waiting weight update
