@@ -20,7 +20,7 @@ void PeerLog::note(const std::string& kind, const std::string& address, const st
   std::string who = address;
   if (!addresses_.count(who)) {
     if (addresses_.size() >= max_addresses_) who = "other addresses";
-    addresses_.emplace(who, true);
+    addresses_.insert(who);
   }
   auto [it, first] = more_.try_emplace({kind, who}, 0);
   if (first && who == address) cluster_log(prefix_ + ": " + line());

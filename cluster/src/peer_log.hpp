@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -45,7 +46,7 @@ class PeerLog {
   Clock::time_point started_{};
   bool open_ = false;
   std::map<std::pair<std::string, std::string>, uint64_t> more_;  ///< (kind, address) -> events after the first
-  std::map<std::string, bool> addresses_;                         ///< addresses told apart this window
+  std::set<std::string> addresses_;                               ///< addresses told apart this window
 };
 
 }  // namespace hyflow::cluster::detail

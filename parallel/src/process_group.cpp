@@ -92,6 +92,7 @@ class AuthenticatedStore : public c10d::Store {
     return client_->compare_set(key, expected, desired);
   }
   std::vector<uint8_t> get(const std::string& key) override {
+    if (auto present = client_->get(key)) return *present;  // one round trip when the key is there
     wait({key});
     auto value = client_->get(key);
     TORCH_CHECK(value, "store key '", key, "' vanished (store ", client_->where(), ")");
@@ -354,7 +355,7 @@ struct ProcessGroup::Impl {
   void learn_nodes() {
     nodes.assign(static_cast<size_t>(options.world_size), "");
     for (int r = 0; r < options.world_size; ++r) {
-      auto value = C10dStore(store).get("node/" + std::to_string(r), options.timeout);
+      auto value = kv->get("node/" + std::to_string(r), options.timeout);
       nodes[static_cast<size_t>(r)].assign(value.begin(), value.end());
     }
   }
