@@ -45,16 +45,13 @@ int merge_lora(const fs::path& adapter, std::string base_dir, const fs::path& ta
     throw hyflow::ValueError("LoRA adapter " + adapter.string() + ": its base model '" + base_dir +
                              "' is not a local Hugging Face folder; pass --base_dir");
   const auto config = m::load_config(base_dir);
-  m::NamedTensors merged;
-  if (file.task_type == "TOKEN_CLS") {
-    auto model = m::load_value_model(base_dir, {.dtype = at::kFloat});
+  const auto merge = [&](auto model) {
     m::apply_adapter(*model, adapter);
-    merged = m::merged_parameters(*model);
-  } else {
-    auto model = m::load_causal_lm(base_dir, {.dtype = at::kFloat});
-    m::apply_adapter(*model, adapter);
-    merged = m::merged_parameters(*model);
-  }
+    return m::merged_parameters(*model);
+  };
+  const m::NamedTensors merged = file.task_type == "TOKEN_CLS"
+                                     ? merge(m::load_value_model(base_dir, {.dtype = at::kFloat}))
+                                     : merge(m::load_causal_lm(base_dir, {.dtype = at::kFloat}));
   auto out_config = config;
   out_config.torch_dtype = "float32";
   fs::create_directories(target_dir);

@@ -37,16 +37,39 @@ std::string join(const std::vector<std::string>& names) {
   return out.empty() ? "(none)" : out;
 }
 
-const LoraAImpl* lora_a(const torch::nn::LinearImpl& layer) {
-  for (const auto& child : layer.named_children())
-    if (child.key() == "lora_A") return child.value()->as<LoraAImpl>();
-  return nullptr;
+/// A linear layer's adapter pair, read from one look at its children (both null: not adapted).
+struct AdapterPair {
+  const LoraAImpl* a = nullptr;
+  const torch::nn::LinearImpl* b = nullptr;
+};
+
+AdapterPair adapters_of(const torch::nn::LinearImpl& layer) {
+  AdapterPair pair;
+  for (const auto& child : layer.named_children()) {
+    if (child.key() == "lora_A") pair.a = child.value()->as<LoraAImpl>();
+    if (child.key() == "lora_B") pair.b = child.value()->as<torch::nn::LinearImpl>();
+  }
+  return pair;
 }
 
-const torch::nn::LinearImpl* lora_b(const torch::nn::LinearImpl& layer) {
-  for (const auto& child : layer.named_children())
-    if (child.key() == "lora_B") return child.value()->as<torch::nn::LinearImpl>();
-  return nullptr;
+/// The linear layers below `root` that carry adapters, with their module paths.
+std::vector<std::pair<std::string, const torch::nn::LinearImpl*>> adapted_linears(const torch::nn::Module& root) {
+  std::vector<std::pair<std::string, const torch::nn::LinearImpl*>> out;
+  for (const auto& item : root.named_modules("", false)) {
+    auto* linear = item.value()->as<torch::nn::LinearImpl>();
+    if (linear != nullptr && adapters_of(*linear).a != nullptr) out.emplace_back(item.key(), linear);
+  }
+  return out;
+}
+
+bool is_adapter_parameter(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+/// Trained under LoRA: an adapter, or a parameter of a module PEFT saves in full (modules_to_save).
+bool is_trained_under_lora(const std::string& name, const std::vector<std::string>& modules_to_save) {
+  return is_adapter_parameter(name) || std::any_of(modules_to_save.begin(), modules_to_save.end(),
+                                                   [&](const auto& m) { return name.rfind(m + ".", 0) == 0; });
 }
 
 bool is_output_head(const std::string& path) {
@@ -83,12 +106,6 @@ at::Tensor lora_branch(const LoraAImpl& a, const torch::nn::LinearImpl& b, const
   auto low = onednn ? cuda::onednn_linear(h, a.weight, {}) : F::linear(h, a.weight);
   auto up = onednn ? cuda::onednn_linear(low, b.weight, {}) : F::linear(low, b.weight);
   return up * a.scale;
-}
-
-Json string_list(const std::vector<std::string>& names) {
-  Json out = Json::array();
-  for (const auto& n : names) out.push_back(n);
-  return out;
 }
 
 std::vector<std::string> sorted(std::vector<std::string> names) {
@@ -153,29 +170,19 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraConfig& c
     linear->register_module("lora_B", b);
     paths.push_back(path);
   }
-  for (const auto& item : root.named_parameters()) {
-    const auto& name = item.key();
-    const bool adapter = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-    const bool saved = std::any_of(modules_to_save.begin(), modules_to_save.end(),
-                                   [&](const auto& m) { return name.rfind(m + ".", 0) == 0; });
-    if (adapter || saved) item.value().set_requires_grad(true);
-  }
+  for (const auto& item : root.named_parameters())
+    if (is_trained_under_lora(item.key(), modules_to_save)) item.value().set_requires_grad(true);
   return paths;
 }
 
 std::vector<std::string> lora_modules(const torch::nn::Module& root) {
   std::vector<std::string> out;
-  for (const auto& item : root.named_modules("", false)) {
-    auto* linear = item.value()->as<torch::nn::LinearImpl>();
-    if (linear != nullptr && lora_a(*linear) != nullptr) out.push_back(item.key());
-  }
+  for (const auto& [path, linear] : adapted_linears(root)) out.push_back(path);
   return out;
 }
 
 bool has_lora(const torch::nn::Module& root) {
-  for (const auto& item : root.named_parameters())
-    if (item.key().find(".lora_A.") != std::string::npos) return true;
-  return false;
+  return !adapted_linears(root).empty();
 }
 
 std::vector<at::Tensor> trainable_parameters(const torch::nn::Module& root) {
@@ -203,17 +210,15 @@ bool adapters_enabled() {
 }
 
 at::Tensor add_lora(const torch::nn::LinearImpl& layer, const at::Tensor& x, at::Tensor base) {
-  if (layer.children().empty() || !t_adapters_enabled) return base;
-  const auto* a = lora_a(layer);
-  const auto* b = lora_b(layer);
+  if (!t_adapters_enabled) return base;
+  const auto [a, b] = adapters_of(layer);
   if (a == nullptr || b == nullptr) return base;
   return base + lora_branch(*a, *b, x);
 }
 
 at::Tensor merged_weight(const torch::nn::LinearImpl& layer) {
   torch::NoGradGuard no_grad;
-  const auto* a = lora_a(layer);
-  const auto* b = lora_b(layer);
+  const auto [a, b] = adapters_of(layer);
   if (a == nullptr || b == nullptr) return layer.weight.detach();
   // in float32, rounded once to the weight's dtype
   auto delta = torch::matmul(b->weight.to(at::kFloat), a->weight.to(at::kFloat)) * a->scale;
@@ -222,14 +227,11 @@ at::Tensor merged_weight(const torch::nn::LinearImpl& layer) {
 
 NamedTensors merged_parameters(const torch::nn::Module& root) {
   std::map<std::string, at::Tensor> merged;
-  for (const auto& item : root.named_modules("", false)) {
-    auto* linear = item.value()->as<torch::nn::LinearImpl>();
-    if (linear != nullptr && lora_a(*linear) != nullptr) merged[item.key() + ".weight"] = merged_weight(*linear);
-  }
+  for (const auto& [path, linear] : adapted_linears(root)) merged[path + ".weight"] = merged_weight(*linear);
   NamedTensors out;
   for (const auto& item : root.named_parameters()) {
     const auto& name = item.key();
-    if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) continue;
+    if (is_adapter_parameter(name)) continue;
     auto it = merged.find(name);
     out.emplace_back(name, it != merged.end() ? it->second : item.value().detach());
   }
@@ -240,10 +242,7 @@ MergedCopy::MergedCopy(const CausalLM& policy) : policy_(policy), merged_(policy
   torch::NoGradGuard no_grad;
   merged_->to(policy_->model->embed_tokens->weight.device(), policy_->model->embed_tokens->weight.scalar_type());
   std::map<std::string, const torch::nn::LinearImpl*> adapted;
-  for (const auto& item : policy_->named_modules("", false)) {
-    auto* linear = item.value()->as<torch::nn::LinearImpl>();
-    if (linear != nullptr && lora_a(*linear) != nullptr) adapted[item.key() + ".weight"] = linear;
-  }
+  for (const auto& [path, linear] : adapted_linears(*policy_)) adapted[path + ".weight"] = linear;
   std::map<std::string, at::Tensor> source;
   for (const auto& item : policy_->named_parameters()) source[item.key()] = item.value();
   for (auto& item : merged_->named_parameters()) {
@@ -262,8 +261,7 @@ int64_t MergedCopy::refresh(bool force) {
   torch::NoGradGuard no_grad;
   int64_t written = 0;
   for (auto& e : entries_) {
-    const auto* a = lora_a(*e.source);
-    const auto* b = lora_b(*e.source);
+    const auto [a, b] = adapters_of(*e.source);
     const auto va = static_cast<int64_t>(a->weight._version()), vb = static_cast<int64_t>(b->weight._version());
     if (!force && va == e.version_a && vb == e.version_b) continue;
     e.target.copy_(merged_weight(*e.source));
@@ -276,13 +274,9 @@ int64_t MergedCopy::refresh(bool force) {
 
 NamedTensors adapter_state(const torch::nn::Module& root, const std::vector<std::string>& modules_to_save) {
   NamedTensors out;
-  for (const auto& item : root.named_parameters()) {
-    const auto& name = item.key();
-    const bool adapter = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-    const bool saved = std::any_of(modules_to_save.begin(), modules_to_save.end(),
-                                   [&](const auto& m) { return name.rfind(m + ".", 0) == 0; });
-    if (adapter || saved) out.emplace_back(kPeftPrefix + name, item.value().detach());
-  }
+  for (const auto& item : root.named_parameters())
+    if (is_trained_under_lora(item.key(), modules_to_save))
+      out.emplace_back(kPeftPrefix + item.key(), item.value().detach());
   return out;
 }
 
@@ -299,9 +293,9 @@ void save_adapter(const torch::nn::Module& root, const LoraConfig& config, const
               {"r", config.rank},
               {"lora_alpha", config.alpha},
               {"lora_dropout", config.dropout},
-              {"target_modules", string_list({leaf_names.begin(), leaf_names.end()})},
-              {"exclude_modules", config.exclude_modules.empty() ? Json(nullptr) : string_list(config.exclude_modules)},
-              {"modules_to_save", modules_to_save.empty() ? Json(nullptr) : string_list(modules_to_save)},
+              {"target_modules", Json(leaf_names)},
+              {"exclude_modules", config.exclude_modules.empty() ? Json(nullptr) : Json(config.exclude_modules)},
+              {"modules_to_save", modules_to_save.empty() ? Json(nullptr) : Json(modules_to_save)},
               {"bias", "none"},
               {"fan_in_fan_out", false},
               {"inference_mode", true},
@@ -437,7 +431,7 @@ NamedTensors read_adapter(const torch::nn::Module& root, const fs::path& dir,
                      "; only in the model: " + join(only_model) + ")");
   }
   const auto* first = root.named_modules("", false)[have.front()]->as<torch::nn::LinearImpl>();
-  const auto* a = lora_a(*first);
+  const auto* a = adapters_of(*first).a;
   if (a->weight.size(0) != file.lora.rank)
     throw ValueError("adapter " + dir.string() + ": r is " + std::to_string(file.lora.rank) + ", the model's is " +
                      std::to_string(a->weight.size(0)));

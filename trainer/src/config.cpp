@@ -12,9 +12,7 @@
 #include <boost/program_options.hpp>
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
