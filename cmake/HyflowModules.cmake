@@ -6,7 +6,7 @@
 
 # Build order: a module only links modules listed before it.
 set(HYFLOW_ALL_MODULES core metrics dataproto actors cluster algos parallel tokenizers cuda models inference serve rollout
-    workers tracking trainer apps)
+    agents workers tracking trainer apps)
 
 set(HYFLOW_MODULE_DEPS_core "")
 set(HYFLOW_MODULE_DEPS_metrics core)
@@ -21,6 +21,7 @@ set(HYFLOW_MODULE_DEPS_inference models cuda)
 set(HYFLOW_MODULE_DEPS_algos dataproto)
 set(HYFLOW_MODULE_DEPS_serve inference tokenizers metrics)
 set(HYFLOW_MODULE_DEPS_rollout inference models)
+set(HYFLOW_MODULE_DEPS_agents serve rollout tokenizers)
 set(HYFLOW_MODULE_DEPS_workers actors rollout inference models algos parallel)
 set(HYFLOW_MODULE_DEPS_tracking core metrics)
 set(HYFLOW_MODULE_DEPS_trainer workers tokenizers algos cluster tracking)
@@ -40,6 +41,7 @@ set(HYFLOW_MODULE_PACKAGES_inference "Torch;OpenMP|COMPONENTS|CXX")
 set(HYFLOW_MODULE_PACKAGES_algos "Torch")
 set(HYFLOW_MODULE_PACKAGES_serve "Torch;CppHttplib")
 set(HYFLOW_MODULE_PACKAGES_rollout "Torch")
+set(HYFLOW_MODULE_PACKAGES_agents "Torch")
 set(HYFLOW_MODULE_PACKAGES_workers "Torch")
 set(HYFLOW_MODULE_PACKAGES_tracking "Protobuf")
 set(HYFLOW_MODULE_PACKAGES_trainer "Boost|COMPONENTS|program_options;yaml-cpp;ZLIB;Snappy;zstd")
