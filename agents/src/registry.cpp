@@ -26,7 +26,8 @@ std::string field_string(const nlohmann::json& object, const char* key, const ch
 }  // namespace
 
 nlohmann::json ToolSchema::to_openai() const {
-  return {{"type", "function"}, {"function", {{"name", name}, {"description", description}, {"parameters", parameters}}}};
+  nlohmann::json function = {{"name", name}, {"description", description}, {"parameters", parameters}};
+  return {{"type", "function"}, {"function", std::move(function)}};
 }
 
 ToolSchema ToolSchema::from_openai(const nlohmann::json& schema) {
@@ -39,7 +40,8 @@ ToolSchema ToolSchema::from_openai(const nlohmann::json& schema) {
   ToolSchema out;
   out.name = field_string(*function, "name", "tool_schema.function");
   if (out.name.empty()) throw ValueError("tool_schema.function.name: empty");
-  if (function->contains("description")) out.description = field_string(*function, "description", "tool_schema.function");
+  if (function->contains("description"))
+    out.description = field_string(*function, "description", "tool_schema.function");
   if (function->contains("parameters")) {
     out.parameters = (*function)["parameters"];
     if (!out.parameters.is_object()) throw ValueError("tool_schema.function.parameters: not an object");
