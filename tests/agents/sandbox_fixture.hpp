@@ -1,0 +1,25 @@
+#pragma once
+// The sandbox of the agents tests: bwrap is required under CI=true (scripts/install-deps.sh
+// installs it); elsewhere a machine without it skips the sandbox tests with a warning.
+#include <hyflow/agents/sandbox.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace hyflow::agents::testing {
+
+inline std::optional<Sandbox> sandbox_or_skip() {
+  try {
+    return Sandbox();
+  } catch (const SandboxUnavailable& e) {
+    const char* ci = std::getenv("CI");  // NOLINT(concurrency-mt-unsafe)
+    if (ci && std::string(ci) == "true") FAIL("CI=true and the sandbox is unavailable: " << e.what());
+    WARN("SKIPPED: " << e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace hyflow::agents::testing
