@@ -111,10 +111,11 @@ void check_command(const SandboxCommand& command) {
 }
 
 void check_limits(const SandboxLimits& l) {
-  if (!(l.wall_seconds > 0) || l.cpu_seconds <= 0 || l.memory_bytes == 0 || l.max_processes <= 0 ||
-      l.tmp_bytes == 0 || l.max_output_bytes == 0 || l.max_open_files <= 0)
-    throw ValueError("sandbox: every limit must be positive (wall_seconds, cpu_seconds, memory_bytes, "
-                     "max_processes, tmp_bytes, max_output_bytes, max_open_files)");
+  if (!(l.wall_seconds > 0) || l.cpu_seconds <= 0 || l.memory_bytes == 0 || l.max_processes <= 0 || l.tmp_bytes == 0 ||
+      l.max_output_bytes == 0 || l.max_open_files <= 0)
+    throw ValueError(
+        "sandbox: every limit must be positive (wall_seconds, cpu_seconds, memory_bytes, "
+        "max_processes, tmp_bytes, max_output_bytes, max_open_files)");
 }
 
 struct Output {
@@ -180,11 +181,16 @@ double seconds(const timeval& tv) {
 
 const char* to_string(SandboxLimit limit) {
   switch (limit) {
-    case SandboxLimit::none: return "none";
-    case SandboxLimit::wall_time: return "wall_time";
-    case SandboxLimit::cpu_time: return "cpu_time";
-    case SandboxLimit::output_size: return "output_size";
-    case SandboxLimit::file_size: return "file_size";
+    case SandboxLimit::none:
+      return "none";
+    case SandboxLimit::wall_time:
+      return "wall_time";
+    case SandboxLimit::cpu_time:
+      return "cpu_time";
+    case SandboxLimit::output_size:
+      return "output_size";
+    case SandboxLimit::file_size:
+      return "file_size";
   }
   return "unknown";
 }
@@ -193,12 +199,14 @@ std::string SandboxResult::describe(const SandboxLimits& limits) const {
   switch (limit) {
     case SandboxLimit::wall_time:
       return "killed: wall-time limit of " + format_number(limits.wall_seconds) + " s";
-    case SandboxLimit::cpu_time: return "killed: CPU-time limit of " + std::to_string(limits.cpu_seconds) + " s";
+    case SandboxLimit::cpu_time:
+      return "killed: CPU-time limit of " + std::to_string(limits.cpu_seconds) + " s";
     case SandboxLimit::output_size:
       return "killed: output over the limit of " + std::to_string(limits.max_output_bytes) + " bytes";
     case SandboxLimit::file_size:
       return "killed: file-size limit of " + std::to_string(limits.max_file_bytes) + " bytes";
-    case SandboxLimit::none: break;
+    case SandboxLimit::none:
+      break;
   }
   if (signal != 0) {
     const char* name = ::sigabbrev_np(signal);
@@ -307,8 +315,8 @@ SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& l
     Output* buf;
   };
   std::vector<Reader> readers = {{&out.parent, &stdout_buf}, {&err.parent, &stderr_buf}, {&status.parent, &status_buf}};
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(limits.wall_seconds));
+  const auto deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.wall_seconds));
   bool kill_now = false;
   std::vector<char> chunk(size_t{64} << 10);
   for (auto& input : inputs)
@@ -332,7 +340,8 @@ SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& l
     for (size_t i = 0; i < fds.size() && !kill_now; ++i) {
       if (fds[i].revents == 0) continue;
       if (i < n_readers) {
-        auto it = std::find_if(readers.begin(), readers.end(), [&](const Reader& r) { return r.fd->get() == fds[i].fd; });
+        auto it =
+            std::find_if(readers.begin(), readers.end(), [&](const Reader& r) { return r.fd->get() == fds[i].fd; });
         ssize_t n = ::read(fds[i].fd, chunk.data(), chunk.size());
         if (n > 0) {
           if (!it->buf->append(chunk.data(), static_cast<size_t>(n)) && it->buf != &status_buf) {
@@ -399,8 +408,10 @@ SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& l
       throw SandboxUnavailable("sandbox: bwrap could not set up the sandbox (exit status " + std::to_string(code) +
                                "): " + result.stderr_text);
     // bwrap reports a program killed by signal N as exit status 128 + N.
-    if (code > 128 && code < 128 + NSIG) result.signal = code - 128;
-    else result.exit_code = code;
+    if (code > 128 && code < 128 + NSIG)
+      result.signal = code - 128;
+    else
+      result.exit_code = code;
   }
   if (result.limit == SandboxLimit::none) {
     if (result.signal == SIGXCPU ||

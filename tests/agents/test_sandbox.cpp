@@ -305,7 +305,8 @@ TEST_CASE("the drill all at once, next to an honest program, from many threads",
   std::vector<std::future<SandboxResult>> running;
   for (const auto& drill : all)
     running.push_back(std::async(std::launch::async, [&] { return run_drill(*sandbox, drill); }));
-  auto honest = std::async(std::launch::async, [&] { return sandbox->run_python("print(2 ** 100)\n", drill_limits()); });
+  auto honest =
+      std::async(std::launch::async, [&] { return sandbox->run_python("print(2 ** 100)\n", drill_limits()); });
   for (size_t i = 0; i < all.size(); ++i) {
     INFO("drill " << all[i].name);
     all[i].check(running[i].get());

@@ -27,14 +27,14 @@ class SandboxUnavailable : public Error {
 };
 
 struct SandboxLimits {
-  double wall_seconds = 10.0;                   ///< then the whole sandbox is killed
-  int cpu_seconds = 5;                          ///< RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
-  size_t memory_bytes = size_t{512} << 20;      ///< RLIMIT_AS per process
-  int max_processes = 32;                       ///< RLIMIT_NPROC in the sandbox's user namespace
-  size_t max_file_bytes = size_t{16} << 20;     ///< RLIMIT_FSIZE: the largest file it may write
-  size_t tmp_bytes = size_t{64} << 20;          ///< size of the tmpfs /tmp
-  size_t max_output_bytes = size_t{64} << 10;   ///< per stream; more kills the sandbox
-  int max_open_files = 256;                     ///< RLIMIT_NOFILE
+  double wall_seconds = 10.0;                  ///< then the whole sandbox is killed
+  int cpu_seconds = 5;                         ///< RLIMIT_CPU per process (SIGXCPU, then SIGKILL a second later)
+  size_t memory_bytes = size_t{512} << 20;     ///< RLIMIT_AS per process
+  int max_processes = 32;                      ///< RLIMIT_NPROC in the sandbox's user namespace
+  size_t max_file_bytes = size_t{16} << 20;    ///< RLIMIT_FSIZE: the largest file it may write
+  size_t tmp_bytes = size_t{64} << 20;         ///< size of the tmpfs /tmp
+  size_t max_output_bytes = size_t{64} << 10;  ///< per stream; more kills the sandbox
+  int max_open_files = 256;                    ///< RLIMIT_NOFILE
 };
 
 /// A file placed in the sandbox's /tmp before the program starts.
@@ -76,10 +76,10 @@ struct SandboxResult {
 };
 
 struct SandboxOptions {
-  std::string bwrap = "bwrap";      ///< a path, or a name looked up in PATH
+  std::string bwrap = "bwrap";               ///< a path, or a name looked up in PATH
   std::string prlimit = "/usr/bin/prlimit";  ///< inside the sandbox (the host's /usr)
-  std::string setpriv = "setpriv";  ///< used only when running as root
-  int unprivileged_uid = 65534;     ///< the uid (and gid) root drops to: nobody
+  std::string setpriv = "setpriv";           ///< used only when running as root
+  int unprivileged_uid = 65534;              ///< the uid (and gid) root drops to: nobody
 };
 
 class Sandbox {
@@ -93,7 +93,8 @@ class Sandbox {
   SandboxResult run(const SandboxCommand& command, const SandboxLimits& limits) const;
 
   /// Runs Python source with /usr/bin/python3 (-I: isolated mode) as /tmp/main.py.
-  SandboxResult run_python(const std::string& code, const SandboxLimits& limits, const std::string& stdin_text = {}) const;
+  SandboxResult run_python(const std::string& code, const SandboxLimits& limits,
+                           const std::string& stdin_text = {}) const;
 
   const std::string& bwrap_path() const { return bwrap_; }
 
