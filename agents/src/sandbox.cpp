@@ -231,58 +231,74 @@ Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {
   }
 }
 
-SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& limits) const {
-  check_command(command);
-  check_limits(limits);
+namespace {
 
+/// The pipes and socket pairs of one run: the program's stdin, stdout, stderr, bwrap's JSON status
+/// and one per /tmp file.
+struct Channels {
   Channel in = input_channel();
   Channel out = output_channel();
   Channel err = output_channel();
   Channel status = output_channel();
   std::vector<Channel> files;
-  files.reserve(command.files.size());
-  for (size_t i = 0; i < command.files.size(); ++i) files.push_back(input_channel());
 
-  // --- argv: [setpriv ... --] bwrap ... -- prlimit ... -- program ---------------------------
-  std::vector<std::string> args;
-  if (!setpriv_.empty()) {
-    const std::string id = std::to_string(options_.unprivileged_uid);
-    args = {setpriv_, "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"};
+  explicit Channels(size_t n_files) {
+    files.reserve(n_files);
+    for (size_t i = 0; i < n_files; ++i) files.push_back(input_channel());
   }
+  void close_child_ends() {
+    in.child.reset();
+    out.child.reset();
+    err.child.reset();
+    status.child.reset();
+    for (auto& f : files) f.child.reset();
+  }
+};
+
+/// [setpriv ... --] bwrap <namespaces, mounts, files> -- prlimit <limits> -- <program>.
+std::vector<std::string> sandbox_args(const std::string& setpriv, int uid, const std::string& bwrap,
+                                      const std::string& prlimit, const SandboxCommand& command,
+                                      const SandboxLimits& limits, const Channels& channels) {
+  std::vector<std::string> args;
   auto add = [&args](std::initializer_list<std::string> more) { args.insert(args.end(), more); };
-  add({bwrap_, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"});
+  if (!setpriv.empty())
+    add({setpriv, "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid), "--clear-groups", "--"});
+  add({bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"});
   add({"--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"});
   for (const auto& [key, value] : command.env) add({"--setenv", key, value});
   add({"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"});
   add({"--symlink", "usr/lib", "/lib"});
   if (::access("/usr/lib64", F_OK) == 0) add({"--symlink", "usr/lib64", "/lib64"});
   add({"--proc", "/proc", "--dev", "/dev", "--size", std::to_string(limits.tmp_bytes), "--tmpfs", "/tmp"});
-  for (size_t i = 0; i < files.size(); ++i)
-    add({"--file", std::to_string(files[i].child.get()), "/tmp/" + command.files[i].name});
-  add({"--remount-ro", "/", "--chdir", "/tmp", "--json-status-fd", std::to_string(status.child.get()), "--"});
-  const auto cpu = std::to_string(limits.cpu_seconds);
-  add({options_.prlimit, "--cpu=" + cpu + ":" + std::to_string(limits.cpu_seconds + 1),
+  for (size_t i = 0; i < channels.files.size(); ++i)
+    add({"--file", std::to_string(channels.files[i].child.get()), "/tmp/" + command.files[i].name});
+  add({"--remount-ro", "/", "--chdir", "/tmp", "--json-status-fd", std::to_string(channels.status.child.get()), "--"});
+  add({prlimit, "--cpu=" + std::to_string(limits.cpu_seconds) + ":" + std::to_string(limits.cpu_seconds + 1),
        "--as=" + std::to_string(limits.memory_bytes), "--nproc=" + std::to_string(limits.max_processes),
        "--fsize=" + std::to_string(limits.max_file_bytes), "--nofile=" + std::to_string(limits.max_open_files),
        "--core=0", "--"});
   args.insert(args.end(), command.argv.begin(), command.argv.end());
+  return args;
+}
+
+/// posix_spawn in a new process group with default signal dispositions, an empty signal mask and
+/// the channels' child ends in place. Everything it needs is built before the call.
+pid_t spawn_in_new_group(std::vector<std::string>& args, const Channels& channels) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::string path_env = "PATH=/usr/bin:/bin";
   char* envp[] = {path_env.data(), nullptr};
-
-  // --- spawn: own process group, default signals, empty mask, the child's ends in place --------
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_adddup2(&actions, in.child.get(), 0);
-  posix_spawn_file_actions_adddup2(&actions, out.child.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, err.child.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, channels.in.child.get(), 0);
+  posix_spawn_file_actions_adddup2(&actions, channels.out.child.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, channels.err.child.get(), 2);
   // dup2 onto itself clears close-on-exec (POSIX 2017, glibc >= 2.29): these fds bwrap reads or writes.
-  posix_spawn_file_actions_adddup2(&actions, status.child.get(), status.child.get());
-  for (auto& f : files) posix_spawn_file_actions_adddup2(&actions, f.child.get(), f.child.get());
+  posix_spawn_file_actions_adddup2(&actions, channels.status.child.get(), channels.status.child.get());
+  for (const auto& f : channels.files) posix_spawn_file_actions_adddup2(&actions, f.child.get(), f.child.get());
   sigset_t all, none;
   sigfillset(&all);
   sigemptyset(&none);
@@ -290,93 +306,131 @@ SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& l
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  const auto start = Clock::now();
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
+  const int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw SandboxUnavailable("sandbox: cannot start '" + args[0] + "': " + errno_text(rc));
-  in.child.reset();
-  out.child.reset();
-  err.child.reset();
-  status.child.reset();
-  for (auto& f : files) f.child.reset();
+  return pid;
+}
 
-  // --- feed and drain until both output streams close, a cap is hit or the deadline passes ----
-  SandboxResult result;
-  Output stdout_buf{.cap = limits.max_output_bytes};
-  Output stderr_buf{.cap = limits.max_output_bytes};
-  Output status_buf{.cap = 4096};
-  std::vector<Input> inputs;
-  inputs.push_back({std::move(in.parent), &command.stdin_text});
-  for (size_t i = 0; i < files.size(); ++i) inputs.push_back({std::move(files[i].parent), &command.files[i].content});
-  struct Reader {
-    Fd* fd;
-    Output* buf;
-  };
-  std::vector<Reader> readers = {{&out.parent, &stdout_buf}, {&err.parent, &stderr_buf}, {&status.parent, &status_buf}};
-  const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.wall_seconds));
-  bool kill_now = false;
-  std::vector<char> chunk(size_t{64} << 10);
-  for (auto& input : inputs)
-    if (input.data->empty()) input.fd.reset();
-  while (!kill_now && (out.parent || err.parent)) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      result.timed_out = true;
-      result.limit = SandboxLimit::wall_time;
-      break;
-    }
-    std::vector<pollfd> fds;
-    for (auto& r : readers)
-      if (*r.fd) fds.push_back({r.fd->get(), POLLIN, 0});
-    const size_t n_readers = fds.size();
-    for (auto& input : inputs)
-      if (input.fd) fds.push_back({input.fd.get(), POLLOUT, 0});
-    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
-    if (ready < 0 && errno != EINTR) throw Error("sandbox: poll failed: " + errno_text(errno));
-    if (ready <= 0) continue;
-    for (size_t i = 0; i < fds.size() && !kill_now; ++i) {
-      if (fds[i].revents == 0) continue;
-      if (i < n_readers) {
-        auto it =
-            std::find_if(readers.begin(), readers.end(), [&](const Reader& r) { return r.fd->get() == fds[i].fd; });
-        ssize_t n = ::read(fds[i].fd, chunk.data(), chunk.size());
-        if (n > 0) {
-          if (!it->buf->append(chunk.data(), static_cast<size_t>(n)) && it->buf != &status_buf) {
-            result.limit = SandboxLimit::output_size;
-            kill_now = true;
-          }
-        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          it->fd->reset();
-        }
-      } else {
-        auto it = std::find_if(inputs.begin(), inputs.end(), [&](const Input& in) { return in.fd.get() == fds[i].fd; });
-        const std::string& data = *it->data;
-        ssize_t n = ::send(fds[i].fd, data.data() + it->offset, data.size() - it->offset, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) it->offset += static_cast<size_t>(n);
-        if ((n < 0 && errno != EAGAIN && errno != EINTR) || it->offset == data.size()) it->fd.reset();
+/// Feeds the inputs and drains the outputs until stdout and stderr close (none), an output cap is
+/// exceeded (output_size) or the deadline passes (wall_time).
+class Pump {
+ public:
+  Pump(Channels& channels, const SandboxCommand& command, size_t max_output)
+      : out{.cap = max_output}, err{.cap = max_output}, status{.cap = 4096} {
+    inputs_.push_back({std::move(channels.in.parent), &command.stdin_text});
+    for (size_t i = 0; i < channels.files.size(); ++i)
+      inputs_.push_back({std::move(channels.files[i].parent), &command.files[i].content});
+    for (auto& input : inputs_)
+      if (input.data->empty()) input.fd.reset();
+    readers_.push_back({std::move(channels.out.parent), &out});
+    readers_.push_back({std::move(channels.err.parent), &err});
+    readers_.push_back({std::move(channels.status.parent), &status});
+  }
+
+  SandboxLimit run(Clock::time_point deadline) {
+    while (readers_[0].fd || readers_[1].fd) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return SandboxLimit::wall_time;
+      std::vector<pollfd> fds;
+      for (auto& r : readers_) fds.push_back({r.fd.get(), POLLIN, 0});  // a closed one (-1) is skipped
+      for (auto& input : inputs_) fds.push_back({input.fd.get(), POLLOUT, 0});
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+      if (ready < 0 && errno != EINTR) throw Error("sandbox: poll failed: " + errno_text(errno));
+      for (size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (i < readers_.size() && read_some(readers_[i]) == Read::over_cap) return SandboxLimit::output_size;
+        if (i >= readers_.size()) write_some(inputs_[i - readers_.size()]);
       }
+    }
+    return SandboxLimit::none;
+  }
+
+  /// What bwrap's status pipe still holds once bwrap has exited.
+  void drain_status() {
+    while (readers_[2].fd && read_some(readers_[2]) == Read::more) {
     }
   }
 
-  // --- reap: a program that closed its output may still run until the deadline ---------------
+  Output out, err, status;
+
+ private:
+  struct Reader {
+    Fd fd;
+    Output* buf;
+  };
+
+  enum class Read { more, nothing_now, closed, over_cap };
+
+  /// One read; over_cap when a program stream exceeded its cap (the status stream just stops growing).
+  Read read_some(Reader& r) {
+    const ssize_t n = ::read(r.fd.get(), chunk_.data(), chunk_.size());
+    if (n > 0)
+      return r.buf->append(chunk_.data(), static_cast<size_t>(n)) || r.buf == &status ? Read::more : Read::over_cap;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return Read::nothing_now;
+    r.fd.reset();
+    return Read::closed;
+  }
+
+  static void write_some(Input& input) {
+    const std::string& data = *input.data;
+    const ssize_t n =
+        ::send(input.fd.get(), data.data() + input.offset, data.size() - input.offset, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) input.offset += static_cast<size_t>(n);
+    if ((n < 0 && errno != EAGAIN && errno != EINTR) || input.offset == data.size()) input.fd.reset();
+  }
+
+  std::vector<Input> inputs_;
+  std::vector<Reader> readers_;
+  std::vector<char> chunk_ = std::vector<char>(size_t{64} << 10);
+};
+
+/// The program's exit status or signal (bwrap reports a program killed by signal N as 128 + N) and
+/// the limit that explains a signal.
+void read_exit(int wstatus, const SandboxLimits& limits, SandboxResult& result) {
+  if (WIFSIGNALED(wstatus)) {
+    result.signal = WTERMSIG(wstatus);
+  } else if (WIFEXITED(wstatus)) {
+    const int code = WEXITSTATUS(wstatus);
+    if (code > 128 && code < 128 + NSIG)
+      result.signal = code - 128;
+    else
+      result.exit_code = code;
+  }
+  if (result.limit != SandboxLimit::none) return;
+  if (result.signal == SIGXCPU ||
+      (result.signal == SIGKILL && result.cpu_seconds >= static_cast<double>(limits.cpu_seconds)))
+    result.limit = SandboxLimit::cpu_time;
+  else if (result.signal == SIGXFSZ)
+    result.limit = SandboxLimit::file_size;
+}
+
+}  // namespace
+
+SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& limits) const {
+  check_command(command);
+  check_limits(limits);
+  Channels channels(command.files.size());
+  auto args = sandbox_args(setpriv_, options_.unprivileged_uid, bwrap_, options_.prlimit, command, limits, channels);
+  const auto start = Clock::now();
+  const auto deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.wall_seconds));
+  const pid_t pid = spawn_in_new_group(args, channels);
+  channels.close_child_ends();
+
+  SandboxResult result;
+  Pump pump(channels, command, limits.max_output_bytes);
+  result.limit = pump.run(deadline);
+  // A program that closed its output may still run until the deadline.
   int wstatus = 0;
   rusage usage{};
   bool reaped = false;
-  while (!kill_now && result.limit == SandboxLimit::none) {
-    pid_t w = ::wait4(pid, &wstatus, WNOHANG, &usage);
-    if (w == pid) {
-      reaped = true;
-      break;
-    }
-    if (Clock::now() >= deadline) {
-      result.timed_out = true;
-      result.limit = SandboxLimit::wall_time;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (result.limit == SandboxLimit::none && !reaped) {
+    reaped = ::wait4(pid, &wstatus, WNOHANG, &usage) == pid;
+    if (!reaped && Clock::now() >= deadline) result.limit = SandboxLimit::wall_time;
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (!reaped) {
     // The group holds setpriv/bwrap; bwrap's --die-with-parent takes the sandbox's pid namespace down.
@@ -385,41 +439,21 @@ SandboxResult Sandbox::run(const SandboxCommand& command, const SandboxLimits& l
     while (::wait4(pid, &wstatus, 0, &usage) < 0 && errno == EINTR) {
     }
   }
-  // What bwrap's status pipe got ("child-pid": it started the sandbox; that pid is the sandbox's init).
-  for (ssize_t n = 1; status.parent && n > 0;) {
-    n = ::read(status.parent.get(), chunk.data(), chunk.size());
-    if (n > 0) status_buf.append(chunk.data(), static_cast<size_t>(n));
-  }
-  const pid_t init = sandbox_init_pid(status_buf.text);
+  pump.drain_status();
+  // bwrap's {"child-pid": N}: it started the sandbox, whose init is N.
+  const pid_t init = sandbox_init_pid(pump.status.text);
   if (!reaped && init > 0) wait_sandbox_gone(init);
+  if (init <= 0 && result.limit == SandboxLimit::none)
+    throw SandboxUnavailable("sandbox: bwrap could not set up the sandbox: " + pump.err.text);
+
+  result.timed_out = result.limit == SandboxLimit::wall_time;
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  result.stdout_text = std::move(stdout_buf.text);
-  result.stderr_text = std::move(stderr_buf.text);
-  result.stdout_truncated = stdout_buf.truncated;
-  result.stderr_truncated = stderr_buf.truncated;
-
-  const bool started = init > 0;
-  if (WIFSIGNALED(wstatus)) {
-    result.signal = WTERMSIG(wstatus);
-  } else if (WIFEXITED(wstatus)) {
-    int code = WEXITSTATUS(wstatus);
-    if (!started && result.limit == SandboxLimit::none)
-      throw SandboxUnavailable("sandbox: bwrap could not set up the sandbox (exit status " + std::to_string(code) +
-                               "): " + result.stderr_text);
-    // bwrap reports a program killed by signal N as exit status 128 + N.
-    if (code > 128 && code < 128 + NSIG)
-      result.signal = code - 128;
-    else
-      result.exit_code = code;
-  }
-  if (result.limit == SandboxLimit::none) {
-    if (result.signal == SIGXCPU ||
-        (result.signal == SIGKILL && result.cpu_seconds >= static_cast<double>(limits.cpu_seconds)))
-      result.limit = SandboxLimit::cpu_time;
-    else if (result.signal == SIGXFSZ)
-      result.limit = SandboxLimit::file_size;
-  }
+  result.stdout_text = std::move(pump.out.text);
+  result.stderr_text = std::move(pump.err.text);
+  result.stdout_truncated = pump.out.truncated;
+  result.stderr_truncated = pump.err.truncated;
+  read_exit(wstatus, limits, result);
   return result;
 }
 
