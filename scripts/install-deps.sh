@@ -23,6 +23,7 @@ packages=(
   python3-matplotlib      # scripts/hyflow-plot: the panels of a run (PNG, SVG) for /usr/bin/python3
   libcpp-httplib-dev      # hyflow::serve's HTTP server (chunked streaming, keep-alive, a thread pool)
   prometheus              # promtool and the server the metrics tests check the /metrics endpoints with
+  bubblewrap              # bwrap: the sandbox of the code-execution tool (agents/src/sandbox.cpp)
 )
 
 # node and npm for tests/serve/openai_npm.sh (the official `openai` client against hyflow-serve);
