@@ -375,6 +375,13 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     if (r.max_new_tokens <= 0) {
       throw ValueError(where + ": max_new_tokens must be > 0, got " + std::to_string(r.max_new_tokens));
     }
+    if (r.first_step < 0) throw ValueError(where + ": first_step must be >= 0, got " + std::to_string(r.first_step));
+    if (r.top_logprobs < 0 || r.top_logprobs > st.vocab) {
+      throw ValueError(where + ": top_logprobs must be in [0, vocab], got " + std::to_string(r.top_logprobs));
+    }
+    if (r.top_logprobs > 0 && (!sampling.return_log_probs || st.aten)) {
+      throw ValueError(where + " asks for top_logprobs, which need return_log_probs and the CPU kernels backend");
+    }
     if (!r.positions.empty() && r.positions.size() != r.prompt.size()) {
       throw ShapeError(where + ": " + std::to_string(r.positions.size()) + " positions for " +
                        std::to_string(r.prompt.size()) + " prompt tokens");
@@ -574,9 +581,14 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   };
   std::vector<int64_t> chosen;
   std::vector<float> chosen_lp;
+  std::vector<std::vector<TokenLogProb>> chosen_top;  // per pick: the request's top_logprobs alternatives
+  auto top_of = [&](const Pick& p) {
+    return requests[static_cast<size_t>(seqs[static_cast<size_t>(p.seq)].request)].top_logprobs;
+  };
   auto choose = [&](const std::vector<Pick>& picks) {
     chosen.assign(picks.size(), 0);
     chosen_lp.assign(picks.size(), 0.0F);
+    chosen_top.resize(picks.size());
     const float* logits = st.logits.data();
     const auto n_picks = static_cast<int64_t>(picks.size());
     const int64_t pick_grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, st.vocab));
@@ -614,8 +626,31 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
             max_z = std::max<double>(max_z, z[t] / static_cast<float>(lp_temperature));
           double total = 0.0;
           for (int64_t t = 0; t < st.vocab; ++t) total += std::exp(z[t] / static_cast<float>(lp_temperature) - max_z);
-          chosen_lp[i] =
-              static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - std::log(total));
+          const double log_total = std::log(total);
+          chosen_lp[i] = static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - log_total);
+          // The k largest logits (a min-heap of k: the first at the front is the one to drop).
+          const auto k = static_cast<size_t>(top_of(picks[i]));
+          auto& top = chosen_top[i];
+          top.clear();
+          if (k == 0) continue;
+          auto better = [](const TokenLogProb& a, const TokenLogProb& b) {
+            return a.log_prob > b.log_prob || (a.log_prob == b.log_prob && a.token < b.token);
+          };
+          for (int64_t t = 0; t < st.vocab; ++t) {
+            const TokenLogProb c{t, z[t]};
+            if (top.size() < k) {
+              top.push_back(c);
+              std::push_heap(top.begin(), top.end(), better);
+            } else if (better(c, top.front())) {
+              std::pop_heap(top.begin(), top.end(), better);
+              top.back() = c;
+              std::push_heap(top.begin(), top.end(), better);
+            }
+          }
+          std::sort_heap(top.begin(), top.end(), better);
+          for (auto& c : top) {
+            c.log_prob = static_cast<float>(c.log_prob / static_cast<float>(lp_temperature) - max_z - log_total);
+          }
         }
       });
     }
@@ -672,6 +707,7 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     }
   };
   while (true) {
+    if (hooks.pause && hooks.pause()) break;  // the unfinished outputs keep the tokens chosen so far
     admit_more();
     if (queue.empty() && running.empty()) break;
     rows.clear();
@@ -685,7 +721,9 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       ++seq.next_pos;
       const auto& out = outputs[static_cast<size_t>(first_output[static_cast<size_t>(seq.request)] + seq.sample)];
       picks.push_back(Pick{n_logits++, id, first_output[static_cast<size_t>(seq.request)] + seq.sample,
-                           static_cast<int64_t>(out.tokens.size()), seq.row_id});
+                           requests[static_cast<size_t>(seq.request)].first_step +
+                               static_cast<int64_t>(out.tokens.size()),
+                           seq.row_id});
     }
     // Admit queued prompts into free slots.
     std::vector<int64_t> prefilled;  // sequence ids whose prompt runs in this pass
@@ -750,7 +788,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       const auto& req = requests[static_cast<size_t>(r)];
       if (!options_.share_prefix) {
         const auto& seq = seqs[static_cast<size_t>(prompt_id)];
-        picks.push_back(Pick{logits_row, prompt_id, first_output[static_cast<size_t>(r)] + seq.sample, 0, seq.row_id});
+        picks.push_back(
+            Pick{logits_row, prompt_id, first_output[static_cast<size_t>(r)] + seq.sample, req.first_step, seq.row_id});
         continue;
       }
       std::vector<int64_t> ids{prompt_id};
@@ -781,8 +820,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
         auto& seq = seqs[static_cast<size_t>(ids[static_cast<size_t>(j)])];
         seq.sample = j;
         seq.row_id = req.first_row_id + j;
-        picks.push_back(
-            Pick{logits_row, ids[static_cast<size_t>(j)], first_output[static_cast<size_t>(r)] + j, 0, seq.row_id});
+        picks.push_back(Pick{logits_row, ids[static_cast<size_t>(j)], first_output[static_cast<size_t>(r)] + j,
+                             req.first_step, seq.row_id});
       }
     }
 
@@ -806,6 +845,9 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       const auto& req = requests[static_cast<size_t>(seq.request)];
       const bool eos = std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), chosen[i]) !=
                        sampling.eos_token_ids.end();
+      if (hooks.on_top_logprobs && !st.aten && !chosen_top[i].empty()) {
+        hooks.on_top_logprobs(pick.output, chosen_top[i]);
+      }
       const bool stopped =
           hooks.on_token && !hooks.on_token(pick.output, chosen[i], sampling.return_log_probs ? chosen_lp[i] : 0.0F);
       if (eos || stopped || static_cast<int64_t>(out.tokens.size()) >= req.max_new_tokens) {
