@@ -94,19 +94,6 @@ void GenerationJob::fail(const std::string& message) {
   cv_.notify_all();
 }
 
-namespace {
-
-// Requests share a run when the engine would choose their tokens the same way.
-bool same_sampling(const GenerationSpec& a, const GenerationSpec& b, uint64_t default_seed) {
-  if (a.ignore_eos != b.ignore_eos) return false;
-  if (a.sampling.is_greedy() || b.sampling.is_greedy()) return a.sampling.is_greedy() && b.sampling.is_greedy();
-  return a.sampling.temperature == b.sampling.temperature && a.sampling.top_k == b.sampling.top_k &&
-         a.sampling.top_p == b.sampling.top_p && a.sampling.min_p == b.sampling.min_p &&
-         a.seed.value_or(default_seed) == b.seed.value_or(default_seed);
-}
-
-}  // namespace
-
 EngineLoop::EngineLoop(models::CausalLM model, inference::DecodeEngineOptions engine_options, EngineLoopOptions options)
     : model_(model), engine_(model_, engine_options), options_(std::move(options)) {
   vocab_ = model_->config().vocab_size;
@@ -242,23 +229,25 @@ void EngineLoop::main() {
 }
 
 void EngineLoop::run_once() {
-  GenerationSpec key;
   std::vector<Slot> slots;  // output index -> job and sample
   int64_t run_version = 0;
   {
     std::lock_guard lk(mu_);
     if (resumed_.empty() && pending_.empty()) return;
-    key = resumed_.empty() ? pending_.front()->spec_ : resumed_.front().job->spec_;
-    slots.swap(resumed_);  // paused samples (one run's, so one sampling setting) go first
+    slots.swap(resumed_);  // paused samples go first
     run_version = version_;
     ++stats_.runs;
   }
+  // Each request brings its own sampling settings and seed (DecodeRequest::sampling, seed), so
+  // every request shares the run; end tokens are checked in on_token (a request may ignore them).
   inference::DecodeSampling sampling;
-  sampling.sampling = key.sampling;
-  if (key.sampling.is_greedy()) sampling.sampling = cuda::SamplingOptions{.greedy = true};
-  sampling.seed = key.seed.value_or(options_.seed);
-  if (!key.ignore_eos) sampling.eos_token_ids = options_.eos_token_ids;
+  sampling.sampling = cuda::SamplingOptions{.greedy = true};
   sampling.return_log_probs = true;
+  auto settings_of = [&](const GenerationSpec& spec, inference::DecodeRequest& r) {
+    r.sampling = spec.sampling.is_greedy() ? cuda::SamplingOptions{.greedy = true} : spec.sampling;
+    r.seed = spec.seed.value_or(options_.seed);
+    r.top_logprobs = spec.top_logprobs;
+  };
 
   std::vector<std::shared_ptr<GenerationJob>> jobs;  // admitted in this run
   std::vector<inference::DecodeRequest> resumes;     // a paused sample: prompt + its tokens, what is left
@@ -267,13 +256,14 @@ void EngineLoop::run_once() {
     auto prompt = spec.prompt;
     prompt.insert(prompt.end(), slot.tokens.begin(), slot.tokens.end());
     const auto done = static_cast<int64_t>(slot.tokens.size());
-    resumes.push_back(inference::DecodeRequest{.prompt = std::move(prompt),
-                                               .positions = {},
-                                               .n = 1,
-                                               .max_new_tokens = spec.max_tokens - done,
-                                               .first_row_id = slot.row_id,
-                                               .first_step = done,
-                                               .top_logprobs = spec.top_logprobs});
+    inference::DecodeRequest r{.prompt = std::move(prompt),
+                               .positions = {},
+                               .n = 1,
+                               .max_new_tokens = spec.max_tokens - done,
+                               .first_row_id = slot.row_id,
+                               .first_step = done};
+    settings_of(spec, r);
+    resumes.push_back(std::move(r));
     if (std::find(jobs.begin(), jobs.end(), slot.job) == jobs.end()) jobs.push_back(slot.job);
   }
   int64_t admitted = static_cast<int64_t>(jobs.size());
@@ -294,18 +284,14 @@ void EngineLoop::run_once() {
         it = pending_.erase(it);
         continue;
       }
-      if (admitted >= options_.max_requests_per_run || !same_sampling(job->spec_, key, options_.seed)) {
-        ++it;
-        continue;
-      }
+      if (admitted >= options_.max_requests_per_run) break;
       const auto& spec = job->spec_;
       inference::DecodeRequest r{.prompt = spec.prompt,
                                  .positions = {},
                                  .n = spec.n,
                                  .max_new_tokens = spec.max_tokens,
-                                 .first_row_id = spec.seed ? 0 : static_cast<int64_t>(next_row_id_),
-                                 .first_step = 0,
-                                 .top_logprobs = spec.top_logprobs};
+                                 .first_row_id = spec.seed ? 0 : static_cast<int64_t>(next_row_id_)};
+      settings_of(spec, r);
       if (!spec.seed) next_row_id_ += static_cast<uint64_t>(spec.n);
       {
         std::lock_guard jl(job->mu_);
@@ -324,8 +310,8 @@ void EngineLoop::run_once() {
   };
   hooks.on_token = [&](int64_t output, int64_t token, float log_prob) {
     auto& slot = slots[static_cast<size_t>(output)];
-    const auto& ends = sampling.eos_token_ids;
-    const bool eos = std::find(ends.begin(), ends.end(), token) != ends.end();
+    const auto& ends = options_.eos_token_ids;
+    const bool eos = !slot.job->spec_.ignore_eos && std::find(ends.begin(), ends.end(), token) != ends.end();
     ++tokens_;
     slot.tokens.push_back(token);
     TokenEvent event{slot.sample, token, log_prob, false, run_version, {}};

@@ -191,3 +191,33 @@ TEST_CASE("top_logprobs: the k most likely tokens per chosen one, from the chose
   sampling.return_log_probs = false;
   CHECK_THROWS_WITH(engine.run(reqs, sampling), Catch::Contains("return_log_probs"));
 }
+
+TEST_CASE("requests with their own sampling settings share a run and each decodes as in a run of its own") {
+  auto model = make_model(tiny_model_config(), 11);
+  DecodeEngine engine(model, {.max_batch = 8, .block_size = 4});
+  const std::vector<cuda::SamplingOptions> own{cuda::SamplingOptions{.greedy = true},
+                                               cuda::SamplingOptions{.temperature = 0.9, .top_k = 20},
+                                               cuda::SamplingOptions{.temperature = 0.7, .top_p = 0.9}};
+  const std::vector<uint64_t> seeds{0, 7, 3};
+  auto mixed = requests();
+  std::vector<std::vector<int64_t>> alone;  // per output
+  for (size_t r = 0; r < mixed.size(); ++r) {
+    DecodeSampling sampling;
+    sampling.sampling = own[r];
+    sampling.seed = seeds[r];
+    for (const auto& o : engine.run({requests()[r]}, sampling)) alone.push_back(o.tokens);
+    mixed[r].sampling = own[r];
+    mixed[r].seed = seeds[r];
+  }
+  DecodeSampling run_default;  // the run's own settings, which every request here overrides
+  run_default.sampling = cuda::SamplingOptions{.temperature = 1.3};
+  run_default.seed = 99;
+  const auto together = engine.run(mixed, run_default);
+  REQUIRE(together.size() == alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) CHECK(together[i].tokens == alone[i]);
+  // Without the overrides the run's settings apply: other tokens.
+  const auto defaulted = engine.run(requests(), run_default);
+  bool differs = false;
+  for (size_t i = 0; i < alone.size(); ++i) differs = differs || defaulted[i].tokens != alone[i];
+  CHECK(differs);
+}

@@ -580,3 +580,38 @@ TEST_CASE("top_logprobs: chat and completions in OpenAI's shapes, the chosen tok
   const auto none = post(c, "/v1/completions", {{"prompt", "1+2="}, {"max_tokens", 2}, {"logprobs", 0}});
   CHECK(none["choices"][0]["logprobs"]["top_logprobs"].is_null());
 }
+
+TEST_CASE("clients with different sampling settings share one engine run, each as alone") {
+  ServedTiny s({}, {}, 16, 256);
+  const auto prompt = s.tokenizer->encode("mix");
+  // A long greedy request keeps the run going while the others arrive.
+  auto first = s.loop->submit(
+      {.prompt = prompt, .n = 1, .max_tokens = 400, .sampling = {.greedy = true}, .seed = {}, .ignore_eos = true});
+  std::vector<serve::TokenEvent> started;
+  REQUIRE(first->take(started, std::chrono::milliseconds(5000)));
+  const std::vector<serve::GenerationSpec> specs{
+      {.prompt = prompt, .n = 2, .max_tokens = 12, .sampling = {.temperature = 0.8}, .seed = 4, .ignore_eos = false},
+      {.prompt = prompt, .n = 1, .max_tokens = 12, .sampling = {.temperature = 1.2, .top_k = 5}, .seed = 8},
+      {.prompt = prompt, .n = 1, .max_tokens = 12, .sampling = {.greedy = true}, .seed = {}, .ignore_eos = true}};
+  std::vector<std::shared_ptr<serve::GenerationJob>> jobs;
+  for (const auto& spec : specs) jobs.push_back(s.loop->submit(spec));
+  for (size_t r = 0; r < specs.size(); ++r) {
+    const auto events = jobs[r]->wait_all();
+    inference::DecodeSampling sampling;
+    sampling.sampling = specs[r].sampling;
+    sampling.seed = specs[r].seed.value_or(0);
+    if (!specs[r].ignore_eos) sampling.eos_token_ids = {s.tokenizer->eos_token_id()};
+    const auto alone =
+        engine_run(s, {.prompt = prompt, .n = specs[r].n, .max_new_tokens = specs[r].max_tokens}, sampling);
+    for (int64_t j = 0; j < specs[r].n; ++j) {
+      std::vector<int64_t> got;
+      for (const auto& e : events) {
+        if (e.sample == j) got.push_back(e.token);
+      }
+      CHECK(got == alone[static_cast<size_t>(j)].tokens);
+    }
+  }
+  first->wait_all();
+  CHECK(s.loop->stats().runs == 1);  // nobody waited for another run
+  CHECK(s.loop->stats().joined_mid_run == 3);
+}

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace hyflow::inference {
@@ -80,6 +81,11 @@ struct DecodeRequest {
   /// > 0: the hooks' on_top_logprobs gets this many most likely tokens of each chosen one (with
   /// return_log_probs; the CPU kernels backend only, ValueError under ATen).
   int64_t top_logprobs = 0;
+  /// Set: this request's samples are chosen with these settings (and seed) instead of the run's
+  /// DecodeSampling::sampling (and seed), so requests with other temperatures, top-k / top-p /
+  /// min-p or seeds share one batch; each decodes as in a run of its own with those settings.
+  std::optional<cuda::SamplingOptions> sampling;
+  std::optional<uint64_t> seed;
 };
 
 /// A token and its log-prob: one of the most likely alternatives at a step (DecodeRequest::top_logprobs).

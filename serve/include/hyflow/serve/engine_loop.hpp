@@ -1,12 +1,12 @@
 #pragma once
 // EngineLoop: one thread that owns a DecodeEngine and serves every client from it (continuous
-// batching across requests). A submitted request waits in a queue; the engine thread starts a
-// run with the oldest one's sampling settings and, before every step, admits each queued request
-// with the same settings (DecodeHooks::admit), so concurrent clients share the batch and a request
-// that arrives mid-run joins at the next step. Tokens reach the request's GenerationJob as they
-// are chosen; a cancelled job (a client gone mid-stream) leaves the batch at the next step.
-// Requests with other settings wait for the run to drain (a run admits at most
-// max_requests_per_run, so none waits forever). Weight updates drain the running requests (or,
+// batching across requests). A submitted request waits in a queue; the engine thread runs the
+// engine and, before every step, admits the queued requests (DecodeHooks::admit), each with its
+// own sampling settings, seed and end-token rule (DecodeRequest::sampling, seed), so concurrent
+// clients share the batch whatever they ask and a request that arrives mid-run joins at the next
+// step. Tokens reach the request's GenerationJob as they are chosen; a cancelled job (a client
+// gone mid-stream) leaves the batch at the next step. A run admits at most max_requests_per_run,
+// then drains and frees its outputs. Weight updates drain the running requests (or,
 // in partial mode, pause them at the next step and resume them on the new weights), replace the
 // weights on the engine thread and bump the weight version; requests wait meanwhile.
 
