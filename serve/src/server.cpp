@@ -422,16 +422,14 @@ struct Server::Impl {
         }
       }
       std::error_code ec;
+      const bool folder = std::filesystem::is_directory(path, ec);
+      if (!folder && !(std::filesystem::is_regular_file(path, ec) && path.extension() == ".safetensors")) {
+        throw bad_request("model_path", "model_path '" + path.string() +
+                                            "' is neither a model folder nor a .safetensors file on the server");
+      }
       models::NamedTensors tensors;
       try {
-        if (std::filesystem::is_directory(path, ec)) {
-          tensors = models::load_checkpoint_tensors(path);
-        } else if (std::filesystem::is_regular_file(path, ec) && path.extension() == ".safetensors") {
-          tensors = models::read_safetensors(path);
-        } else {
-          throw bad_request("model_path", "model_path '" + path.string() +
-                                              "' is neither a model folder nor a .safetensors file on the server");
-        }
+        tensors = folder ? models::load_checkpoint_tensors(path) : models::read_safetensors(path);
       } catch (const Error& e) {
         throw bad_request("model_path", "cannot read model_path '" + path.string() + "': " + e.what());
       }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <latch>
 #include <thread>
@@ -516,7 +517,13 @@ TEST_CASE("POST /v1/weights/update: off by default, bearer token, bad paths name
   post(c, "/v1/weights/update", {{"model_path", file.string()}}, 401, {{"Authorization", "Bearer wrong"}});
   const auto missing = post(c, "/v1/weights/update", {{"model_path", "/no/such/dir"}}, 400, auth);
   CHECK(missing["error"]["param"] == "model_path");
-  CHECK(missing["error"]["message"].get<std::string>().find("/no/such/dir") != std::string::npos);
+  CHECK(missing["error"]["message"] ==
+        "model_path '/no/such/dir' is neither a model folder nor a .safetensors file on the server");
+  std::ofstream(dir.path / "bad.safetensors") << "not a safetensors file";
+  const auto corrupt =
+      post(c, "/v1/weights/update", {{"model_path", (dir.path / "bad.safetensors").string()}}, 400, auth);
+  CHECK(corrupt["error"]["param"] == "model_path");
+  CHECK(corrupt["error"]["message"].get<std::string>().find("cannot read model_path") != std::string::npos);
   const auto no_path = post(c, "/v1/weights/update", {{"mode", "partial"}}, 400, auth);
   CHECK(no_path["error"]["param"] == "model_path");
   const auto bad_mode = post(c, "/v1/weights/update", {{"model_path", file.string()}, {"mode", "abort"}}, 400, auth);
