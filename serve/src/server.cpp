@@ -450,8 +450,8 @@ struct Server::Impl {
             },
             mode);
       } catch (const FormatError& e) {
-        throw bad_request("model_path", "model_path '" + path.string() + "' does not fit the served model: " +
-                                            e.what() + " (nothing was loaded)");
+        throw bad_request("model_path", "model_path '" + path.string() +
+                                            "' does not fit the served model: " + e.what() + " (nothing was loaded)");
       } catch (const Error& e) {
         throw ApiError(503, "server_error", "", e.what());
       }

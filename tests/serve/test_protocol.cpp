@@ -58,9 +58,8 @@ tokenizers::BpeTokenizer byte_bpe(const std::vector<std::string>& extra) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[token(std::string(1, static_cast<char>(b)))] = b;
   for (size_t i = 0; i < extra.size(); ++i) vocab[token(extra[i])] = 256 + static_cast<int64_t>(i);
-  const char* pattern =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
-      R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const char* pattern = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+                        R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
   nlohmann::json j{
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
       {"pre_tokenizer",
@@ -262,8 +261,7 @@ TEST_CASE("a session becomes rows: turns that extend the context chain, others s
   CHECK(torch::equal(dp.batch.at("prompts"), torch::tensor({10, 11, 10, 11}, torch::kLong).reshape({2, 2})));
   CHECK(torch::equal(dp.batch.at("responses")[0], torch::tensor({20, 21, 30, 31, 22, 23}, torch::kLong)));
   CHECK(torch::equal(dp.batch.at("response_mask")[0], torch::tensor({1, 1, 0, 0, 1, 1}, torch::kLong)));
-  CHECK(torch::allclose(dp.batch.at("rollout_log_probs")[0],
-                        torch::tensor({-1.0F, -2.0F, 0.0F, 0.0F, -3.0F, -5.0F})));
+  CHECK(torch::allclose(dp.batch.at("rollout_log_probs")[0], torch::tensor({-1.0F, -2.0F, 0.0F, 0.0F, -3.0F, -5.0F})));
   CHECK(torch::equal(dp.batch.at("rollout_weight_versions")[0], torch::tensor({3, 3, -1, -1, 4, 5}, torch::kLong)));
   CHECK(torch::equal(dp.batch.at("rollout_weight_versions")[1], torch::tensor({3, -1, -1, -1, -1, -1}, torch::kLong)));
   CHECK(torch::equal(dp.batch.at("response_mask")[1], torch::tensor({1, 0, 0, 0, 0, 0}, torch::kLong)));

@@ -365,8 +365,8 @@ TEST_CASE("a partial weight update mid-stream: full length, old-weight tokens be
 
   httplib::Client c("127.0.0.1", s.server->port());
   c.set_read_timeout(60);
-  json body{{"prompt", prompt},    {"max_tokens", total},    {"temperature", 0},
-            {"stream", true},      {"ignore_eos", true},     {"return_token_ids", true}};
+  json body{{"prompt", prompt}, {"max_tokens", total}, {"temperature", 0},
+            {"stream", true},   {"ignore_eos", true},  {"return_token_ids", true}};
   std::string sse;
   std::future<int64_t> update;
   httplib::Request req;

@@ -740,10 +740,9 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       ++seq.length;
       ++seq.next_pos;
       const auto& out = outputs[static_cast<size_t>(first_output[static_cast<size_t>(seq.request)] + seq.sample)];
-      picks.push_back(Pick{n_logits++, id, first_output[static_cast<size_t>(seq.request)] + seq.sample,
-                           requests[static_cast<size_t>(seq.request)].first_step +
-                               static_cast<int64_t>(out.tokens.size()),
-                           seq.row_id});
+      picks.push_back(Pick{
+          n_logits++, id, first_output[static_cast<size_t>(seq.request)] + seq.sample,
+          requests[static_cast<size_t>(seq.request)].first_step + static_cast<int64_t>(out.tokens.size()), seq.row_id});
     }
     // Admit queued prompts into free slots.
     std::vector<int64_t> prefilled;  // sequence ids whose prompt runs in this pass

@@ -73,7 +73,7 @@ struct TokenEvent {
   int64_t token = 0;
   float log_prob = 0.0F;
   bool last = false;
-  int64_t weight_version = 0;  ///< the weights that chose it
+  int64_t weight_version = 0;                ///< the weights that chose it
   std::vector<inference::TokenLogProb> top;  ///< GenerationSpec::top_logprobs most likely tokens, best first
 };
 
@@ -179,7 +179,7 @@ class EngineLoop {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenerationJob>> pending_;
-  std::vector<Slot> resumed_;  // samples a partial weight update paused; admitted before pending_
+  std::vector<Slot> resumed_;          // samples a partial weight update paused; admitted before pending_
   std::atomic<int64_t> in_flight_{0};  // submitted and not done (a job's on_done_ lowers it)
   std::atomic<int64_t> cancelled_{0};
   std::atomic<bool> stopping_{false};  // set under mu_; the engine thread also reads it per token
