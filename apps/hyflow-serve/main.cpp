@@ -2,8 +2,9 @@
 //
 // Serves one model over OpenAI's HTTP API (docs/rollout-server.md): POST /v1/chat/completions,
 // POST /v1/completions, GET /v1/models, GET /health. Loopback by default; another --host needs
-// --api-key-file. --tiny serves the built-in tiny model (random weights, seeded) with a
-// character tokenizer over printable ASCII, so that chat templates and tool JSON encode.
+// --api-key-file. --enable-weight-update serves POST /v1/weights/update. --tiny serves the
+// built-in tiny model (random weights, seeded) with a character tokenizer over printable ASCII,
+// so that chat templates and tool JSON encode.
 // Runs until SIGINT or SIGTERM.
 #include <hyflow/core/error.hpp>
 #include <hyflow/metrics/server.hpp>
@@ -76,6 +77,8 @@ int serve_main(const po::variables_map& vm) {
   options.limits.default_max_tokens = std::min(options.limits.default_max_tokens, options.limits.max_tokens);
   options.chat.chat_template = template_named(vm["chat-template"].as<std::string>());
   options.reject_during_weight_update = vm["reject-during-weight-update"].as<bool>();
+  options.weight_update_mode = serve::weight_update_mode_named(vm["weight-update-mode"].as<std::string>());
+  options.enable_weight_update = vm["enable-weight-update"].as<bool>();
   options.stream_interval_ms = vm["stream-interval-ms"].as<int>();
 
   // Ends of an assistant turn: the tokenizer's and the model's end tokens, and the template's
@@ -148,6 +151,10 @@ int main(int argc, char** argv) {
       ("kv-cache-bytes", po::value<int64_t>()->default_value(0), "cap of the KV pool in bytes (0: none)")
       ("reject-during-weight-update", po::bool_switch()->default_value(false),
        "answer 503 + Retry-After during a weight update instead of queueing")
+      ("weight-update-mode", po::value<std::string>()->default_value("drain"),
+       "running requests during a weight update: drain (finish on the old weights) or partial (pause, resume)")
+      ("enable-weight-update", po::bool_switch()->default_value(false),
+       "serve POST /v1/weights/update (loads weight files named by the client; off by default)")
       ("stream-interval-ms", po::value<int>()->default_value(0),
        "streaming: gather tokens this long after a chunk's first (0: a chunk per step)")
       ("seed", po::value<uint64_t>()->default_value(0), "seed of requests without one, and of --tiny's weights");

@@ -8,6 +8,16 @@
 
 namespace hyflow::serve {
 
+WeightUpdateMode weight_update_mode_named(const std::string& name) {
+  if (name == "drain") return WeightUpdateMode::kDrain;
+  if (name == "partial") return WeightUpdateMode::kPartial;
+  throw ValueError("the weight update mode must be 'drain' or 'partial', got '" + name + "'");
+}
+
+const char* weight_update_mode_name(WeightUpdateMode mode) {
+  return mode == WeightUpdateMode::kPartial ? "partial" : "drain";
+}
+
 GenerationJob::GenerationJob(GenerationSpec spec)
     : spec_(std::move(spec)),
       counts_(static_cast<size_t>(spec_.n), 0),
@@ -61,11 +71,12 @@ int64_t GenerationJob::weight_version() const {
   return version_;
 }
 
-bool GenerationJob::push(int64_t sample, int64_t token, float log_prob, bool end) {
+bool GenerationJob::push(TokenEvent event, bool end) {
   std::lock_guard lk(mu_);
-  const auto s = static_cast<size_t>(sample);
+  const auto s = static_cast<size_t>(event.sample);
   const bool last = end || ++counts_[s] >= spec_.max_tokens || stopped_[s] || cancelled_;
-  events_.push_back(TokenEvent{sample, token, log_prob, last});
+  event.last = last;
+  events_.push_back(std::move(event));
   if (last && --open_samples_ == 0) {
     done_ = true;
     if (on_done_) on_done_(cancelled_);
@@ -82,19 +93,6 @@ void GenerationJob::fail(const std::string& message) {
   if (on_done_) on_done_(cancelled_);
   cv_.notify_all();
 }
-
-namespace {
-
-// Requests share a run when the engine would choose their tokens the same way.
-bool same_sampling(const GenerationSpec& a, const GenerationSpec& b, uint64_t default_seed) {
-  if (a.ignore_eos != b.ignore_eos) return false;
-  if (a.sampling.is_greedy() || b.sampling.is_greedy()) return a.sampling.is_greedy() && b.sampling.is_greedy();
-  return a.sampling.temperature == b.sampling.temperature && a.sampling.top_k == b.sampling.top_k &&
-         a.sampling.top_p == b.sampling.top_p && a.sampling.min_p == b.sampling.min_p &&
-         a.seed.value_or(default_seed) == b.seed.value_or(default_seed);
-}
-
-}  // namespace
 
 EngineLoop::EngineLoop(models::CausalLM model, inference::DecodeEngineOptions engine_options, EngineLoopOptions options)
     : model_(model), engine_(model_, engine_options), options_(std::move(options)) {
@@ -121,6 +119,7 @@ EngineLoop::~EngineLoop() {
   }
   cv_.notify_all();
   thread_.join();
+  for (auto& slot : resumed_) slot.job->fail("the server is shutting down");
 }
 
 std::shared_ptr<GenerationJob> EngineLoop::submit(GenerationSpec spec) {
@@ -140,6 +139,13 @@ std::shared_ptr<GenerationJob> EngineLoop::submit(GenerationSpec spec) {
       throw bad_request("prompt",
                         "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_));
     }
+  }
+  if (spec.top_logprobs < 0 || spec.top_logprobs > kMaxTopLogprobs) {
+    throw bad_request("top_logprobs", "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                                          std::to_string(spec.top_logprobs));
+  }
+  if (spec.top_logprobs > 0 && engine_.backend() != inference::DecodeBackend::kKernels) {
+    throw bad_request("top_logprobs", "top_logprobs are computed by the CPU kernels backend only, not this model's");
   }
   cuda::validate(spec.sampling);
   auto job = std::make_shared<GenerationJob>(std::move(spec));
@@ -161,11 +167,12 @@ std::shared_ptr<GenerationJob> EngineLoop::submit(GenerationSpec spec) {
   return job;
 }
 
-int64_t EngineLoop::update_weights(const std::function<void(models::CausalLM&)>& update) {
+int64_t EngineLoop::update_weights(const std::function<void(models::CausalLM&)>& update, WeightUpdateMode mode) {
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return update_ == nullptr || stopping_; });
   if (stopping_) throw Error("EngineLoop: update_weights while the loop is stopping");
   update_ = &update;
+  update_mode_ = mode;
   const int64_t target = update_done_ + 1;
   update_error_ = nullptr;
   cv_.notify_all();
@@ -195,7 +202,7 @@ EngineLoopStats EngineLoop::stats() const {
 void EngineLoop::main() {
   while (true) {
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return stopping_ || update_ != nullptr || !pending_.empty(); });
+    cv_.wait(lk, [&] { return stopping_ || update_ != nullptr || !resumed_.empty() || !pending_.empty(); });
     if (stopping_) break;
     if (update_ != nullptr) {
       const auto* update = update_;
@@ -222,23 +229,46 @@ void EngineLoop::main() {
 }
 
 void EngineLoop::run_once() {
-  GenerationSpec key;
+  std::vector<Slot> slots;  // output index -> job and sample
+  int64_t run_version = 0;
   {
     std::lock_guard lk(mu_);
-    if (pending_.empty()) return;
-    key = pending_.front()->spec_;
+    if (resumed_.empty() && pending_.empty()) return;
+    slots.swap(resumed_);  // paused samples go first
+    run_version = version_;
     ++stats_.runs;
   }
+  // Each request brings its own sampling settings and seed (DecodeRequest::sampling, seed), so
+  // every request shares the run; end tokens are checked in on_token (a request may ignore them).
   inference::DecodeSampling sampling;
-  sampling.sampling = key.sampling;
-  if (key.sampling.is_greedy()) sampling.sampling = cuda::SamplingOptions{.greedy = true};
-  sampling.seed = key.seed.value_or(options_.seed);
-  if (!key.ignore_eos) sampling.eos_token_ids = options_.eos_token_ids;
+  sampling.sampling = cuda::SamplingOptions{.greedy = true};
   sampling.return_log_probs = true;
+  auto settings_of = [&](const GenerationSpec& spec, inference::DecodeRequest& r) {
+    r.sampling = spec.sampling.is_greedy() ? cuda::SamplingOptions{.greedy = true} : spec.sampling;
+    r.seed = spec.seed.value_or(options_.seed);
+    r.top_logprobs = spec.top_logprobs;
+  };
 
-  std::vector<Slot> slots;                           // output index -> job and sample
   std::vector<std::shared_ptr<GenerationJob>> jobs;  // admitted in this run
-  int64_t admitted = 0;
+  std::vector<inference::DecodeRequest> resumes;     // a paused sample: prompt + its tokens, what is left
+  for (auto& slot : slots) {
+    const auto& spec = slot.job->spec_;
+    auto prompt = spec.prompt;
+    prompt.insert(prompt.end(), slot.tokens.begin(), slot.tokens.end());
+    const auto done = static_cast<int64_t>(slot.tokens.size());
+    inference::DecodeRequest r{.prompt = std::move(prompt),
+                               .positions = {},
+                               .n = 1,
+                               .max_new_tokens = spec.max_tokens - done,
+                               .first_row_id = slot.row_id,
+                               .first_step = done};
+    settings_of(spec, r);
+    resumes.push_back(std::move(r));
+    if (std::find(jobs.begin(), jobs.end(), slot.job) == jobs.end()) jobs.push_back(slot.job);
+  }
+  int64_t admitted = static_cast<int64_t>(jobs.size());
+  bool paused = false;
+  std::vector<inference::TokenLogProb> top;  // of the token on_token reports next
   inference::DecodeHooks hooks;
   hooks.reserve_positions = options_.max_positions;
   hooks.admit = [&] {
@@ -254,22 +284,20 @@ void EngineLoop::run_once() {
         it = pending_.erase(it);
         continue;
       }
-      if (admitted >= options_.max_requests_per_run || !same_sampling(job->spec_, key, options_.seed)) {
-        ++it;
-        continue;
-      }
+      if (admitted >= options_.max_requests_per_run) break;
       const auto& spec = job->spec_;
       inference::DecodeRequest r{.prompt = spec.prompt,
                                  .positions = {},
                                  .n = spec.n,
                                  .max_new_tokens = spec.max_tokens,
                                  .first_row_id = spec.seed ? 0 : static_cast<int64_t>(next_row_id_)};
+      settings_of(spec, r);
       if (!spec.seed) next_row_id_ += static_cast<uint64_t>(spec.n);
       {
         std::lock_guard jl(job->mu_);
         job->version_ = version_;
       }
-      for (int64_t j = 0; j < spec.n; ++j) slots.push_back(Slot{job, j});
+      for (int64_t j = 0; j < spec.n; ++j) slots.push_back(Slot{job, j, r.first_row_id + j, {}, true});
       jobs.push_back(job);
       if (live > 0) ++stats_.joined_mid_run;
       ++stats_.admitted;
@@ -281,17 +309,42 @@ void EngineLoop::run_once() {
     return out;
   };
   hooks.on_token = [&](int64_t output, int64_t token, float log_prob) {
-    const auto& slot = slots[static_cast<size_t>(output)];
-    const auto& ends = sampling.eos_token_ids;
-    const bool eos = std::find(ends.begin(), ends.end(), token) != ends.end();
+    auto& slot = slots[static_cast<size_t>(output)];
+    const auto& ends = options_.eos_token_ids;
+    const bool eos = !slot.job->spec_.ignore_eos && std::find(ends.begin(), ends.end(), token) != ends.end();
     ++tokens_;
-    return slot.job->push(slot.sample, token, log_prob, eos || stopping_.load());
+    slot.tokens.push_back(token);
+    TokenEvent event{slot.sample, token, log_prob, false, run_version, {}};
+    event.top.swap(top);
+    slot.open = slot.job->push(std::move(event), eos || stopping_.load());
+    return slot.open;
+  };
+  hooks.on_top_logprobs = [&](int64_t, const std::vector<inference::TokenLogProb>& alternatives) {
+    top = alternatives;  // the next on_token's
+  };
+  // A partial weight update stops the run before its next step; the open samples resume after it.
+  hooks.pause = [&] {
+    std::lock_guard lk(mu_);
+    paused = update_ != nullptr && update_mode_ == WeightUpdateMode::kPartial;
+    return paused;
   };
   try {
-    engine_.run({}, sampling, hooks);
+    engine_.run(std::move(resumes), sampling, hooks);
   } catch (const std::exception& e) {
     for (const auto& job : jobs) {
       job->fail(std::string("the engine failed: ") + e.what());
+    }
+    return;
+  }
+  if (paused) {
+    std::lock_guard lk(mu_);
+    for (auto& slot : slots) {
+      if (!slot.open) continue;
+      if (slot.job->cancelled()) {
+        slot.job->fail("cancelled");
+      } else {
+        resumed_.push_back(std::move(slot));
+      }
     }
     return;
   }

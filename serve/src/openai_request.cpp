@@ -175,10 +175,11 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const Request
   ChatRequest r;
   parse_sampling(body, limits, r);
   if (body.contains("logprobs") && !body.at("logprobs").is_null()) r.logprobs = boolean(body, "logprobs");
-  if (present(body, "top_logprobs") && integer(body, "top_logprobs", 0, 20) > 0) {
-    throw bad_request("top_logprobs",
-                      "top_logprobs > 0 is not supported: the engine returns the sampled token's "
-                      "log-prob only (logprobs: true)");
+  if (present(body, "top_logprobs")) {
+    r.top_logprobs = integer(body, "top_logprobs", 0, 20);
+    if (r.top_logprobs > 0 && !r.logprobs) {
+      throw bad_request("top_logprobs", "top_logprobs needs logprobs: true");
+    }
   }
   if (!body.contains("messages")) throw bad_request("messages", "messages is required");
   const auto& messages = body.at("messages");
@@ -243,11 +244,8 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, c
     const auto& lp = body.at("logprobs");
     if (lp.is_boolean()) {
       r.logprobs = lp.get<bool>();
-    } else if (integer(body, "logprobs", 0, 5) > 0) {
-      throw bad_request("logprobs",
-                        "logprobs > 0 (top alternatives) is not supported: logprobs 0 returns the "
-                        "sampled tokens' log-probs");
     } else {
+      r.top_logprobs = integer(body, "logprobs", 0, 20);  // the k most likely tokens at each position
       r.logprobs = true;
     }
   }

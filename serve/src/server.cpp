@@ -6,6 +6,7 @@
 #include "choice_state.hpp"
 
 #include <hyflow/metrics/server.hpp>
+#include <hyflow/models/checkpoint.hpp>
 #include <hyflow/serve/api_error.hpp>
 
 #include <httplib.h>
@@ -17,6 +18,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <map>
 #include <thread>
 
 namespace hyflow::serve {
@@ -171,7 +174,8 @@ struct Server::Impl {
                                           .max_tokens = max_tokens,
                                           .sampling = call.request.sampling,
                                           .seed = call.request.seed,
-                                          .ignore_eos = call.request.ignore_eos});
+                                          .ignore_eos = call.request.ignore_eos,
+                                          .top_logprobs = call.request.top_logprobs});
   }
 
   Call prepare_chat(const httplib::Request& req) {
@@ -235,7 +239,9 @@ struct Server::Impl {
     sessions.record(call.session, Turn{.prompt_ids = call.prompt_ids,
                                        .completion_ids = c.tokens(),
                                        .completion_log_probs = c.log_probs(),
-                                       .weight_version = call.job->weight_version()});
+                                       .weight_version = c.weight_versions().empty() ? call.job->weight_version()
+                                                                                     : c.weight_versions().front(),
+                                       .completion_weight_versions = c.weight_versions()});
   }
 
   ojson usage(const Call& call, const std::vector<ChoiceState>& choices) const {
@@ -268,10 +274,14 @@ struct Server::Impl {
         choice["logprobs"] = call.request.logprobs ? c.chat_logprobs(0) : ojson(nullptr);
       } else {
         choice["text"] = c.text();
-        choice["logprobs"] = call.request.logprobs ? c.completion_logprobs(0) : ojson(nullptr);
+        const bool top = call.request.top_logprobs > 0;
+        choice["logprobs"] = call.request.logprobs ? c.completion_logprobs(0, top) : ojson(nullptr);
       }
       choice["finish_reason"] = c.finish_reason();
-      if (call.request.return_token_ids) choice["token_ids"] = c.tokens();
+      if (call.request.return_token_ids) {
+        choice["token_ids"] = c.tokens();
+        choice["weight_versions"] = c.weight_versions();
+      }
       out["choices"].push_back(std::move(choice));
     }
     out["usage"] = usage(call, choices);
@@ -330,12 +340,15 @@ struct Server::Impl {
                 choice["logprobs"] = call.request.logprobs ? c.chat_logprobs(from) : ojson(nullptr);
               } else {
                 choice["text"] = delta_text;
-                choice["logprobs"] = call.request.logprobs ? c.completion_logprobs(from) : ojson(nullptr);
+                const bool top = call.request.top_logprobs > 0;
+                choice["logprobs"] = call.request.logprobs ? c.completion_logprobs(from, top) : ojson(nullptr);
               }
               choice["finish_reason"] = ended ? ojson(c.finish_reason()) : ojson(nullptr);
               if (call.request.return_token_ids) {
-                choice["token_ids"] =
-                    std::vector<int64_t>(c.tokens().begin() + static_cast<std::ptrdiff_t>(from), c.tokens().end());
+                const auto at = static_cast<std::ptrdiff_t>(from);
+                choice["token_ids"] = std::vector<int64_t>(c.tokens().begin() + at, c.tokens().end());
+                choice["weight_versions"] =
+                    std::vector<int64_t>(c.weight_versions().begin() + at, c.weight_versions().end());
               }
               st->sent_tokens[i] = c.tokens().size();
               if (ended) c.mark_end_sent();
@@ -385,6 +398,73 @@ struct Server::Impl {
     }
   }
 
+  // POST /v1/weights/update {"model_path": folder or .safetensors file, "mode": "drain" | "partial"}:
+  // the tensors are read and checked against the model's parameters (every one present with its
+  // shape) before any is copied, so a bad file changes nothing.
+  void update_weights(const httplib::Request& req, httplib::Response& res) {
+    try {
+      if (!options.enable_weight_update) {
+        throw ApiError(403, "permission_error", "",
+                       "weight updates are disabled on this server (hyflow-serve --enable-weight-update)");
+      }
+      const auto body = parse_body(req);
+      if (!body.contains("model_path") || !body["model_path"].is_string()) {
+        throw bad_request("model_path", "model_path (a model folder or a .safetensors file) is required");
+      }
+      const std::filesystem::path path = body["model_path"].get<std::string>();
+      auto mode = options.weight_update_mode;
+      if (body.contains("mode")) {
+        if (!body["mode"].is_string()) throw bad_request("mode", "mode must be \"drain\" or \"partial\"");
+        try {
+          mode = weight_update_mode_named(body["mode"].get<std::string>());
+        } catch (const ValueError& e) {
+          throw bad_request("mode", e.what());
+        }
+      }
+      std::error_code ec;
+      const bool folder = std::filesystem::is_directory(path, ec);
+      if (!folder && !(std::filesystem::is_regular_file(path, ec) && path.extension() == ".safetensors")) {
+        throw bad_request("model_path", "model_path '" + path.string() +
+                                            "' is neither a model folder nor a .safetensors file on the server");
+      }
+      models::NamedTensors tensors;
+      try {
+        tensors = folder ? models::load_checkpoint_tensors(path) : models::read_safetensors(path);
+      } catch (const Error& e) {
+        throw bad_request("model_path", "cannot read model_path '" + path.string() + "': " + e.what());
+      }
+      int64_t version = 0;
+      try {
+        version = loop.update_weights(
+            [&](models::CausalLM& model) {
+              std::map<std::string, const at::Tensor*> by_name;
+              for (const auto& [name, t] : tensors) by_name[name] = &t;
+              for (const auto& item : model->named_parameters(true)) {
+                const auto it = by_name.find(item.key());
+                if (it == by_name.end() || it->second->sizes() != item.value().sizes()) {
+                  throw FormatError("tensor '" + item.key() + "' is " +
+                                    (it == by_name.end() ? "missing" : "not of the model's shape"));
+                }
+              }
+              models::load_parameters(*model, tensors, path.string());
+            },
+            mode);
+      } catch (const FormatError& e) {
+        throw bad_request("model_path", "model_path '" + path.string() +
+                                            "' does not fit the served model: " + e.what() + " (nothing was loaded)");
+      } catch (const Error& e) {
+        throw ApiError(503, "server_error", "", e.what());
+      }
+      send_json(res, 200,
+                ojson{{"success", true},
+                      {"message", "loaded " + path.string()},
+                      {"weight_version", version},
+                      {"mode", weight_update_mode_name(mode)}});
+    } catch (const ApiError& e) {
+      send_error(res, e, options.retry_after_s);
+    }
+  }
+
   bool authorized(const httplib::Request& req) const {
     if (options.token.empty()) return true;
     const auto value = req.get_header_value("Authorization");
@@ -403,6 +483,9 @@ struct Server::Impl {
               [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, true); });
     http.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
+    for (const char* route : {"/v1/weights/update", "/update_weights_from_disk"}) {
+      http.Post(route, [this](const httplib::Request& req, httplib::Response& res) { update_weights(req, res); });
+    }
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       ojson model{{"id", options.served_model_name},
                   {"object", "model"},

@@ -69,6 +69,7 @@ struct Row {
   std::vector<float> log_probs;
   std::vector<int64_t> mask;
   std::vector<int64_t> versions;
+  std::vector<int64_t> token_versions;  // per response token; -1 where the model did not produce it
 };
 
 }  // namespace
@@ -91,7 +92,8 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
                          .context = turn.prompt_ids,
                          .log_probs = {},
                          .mask = {},
-                         .versions = {}});
+                         .versions = {},
+                         .token_versions = {}});
       extended = &rows.back();
     }
     auto& row = *extended;
@@ -99,11 +101,14 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
       row.response.push_back(turn.prompt_ids[i]);
       row.log_probs.push_back(0.0F);
       row.mask.push_back(0);
+      row.token_versions.push_back(-1);
     }
     for (size_t i = 0; i < turn.completion_ids.size(); ++i) {
       row.response.push_back(turn.completion_ids[i]);
       row.log_probs.push_back(i < turn.completion_log_probs.size() ? turn.completion_log_probs[i] : 0.0F);
       row.mask.push_back(1);
+      const auto& per_token = turn.completion_weight_versions;
+      row.token_versions.push_back(i < per_token.size() ? per_token[i] : turn.weight_version);
     }
     row.context = turn.prompt_ids;
     row.context.insert(row.context.end(), turn.completion_ids.begin(), turn.completion_ids.end());
@@ -119,6 +124,7 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
   auto responses = torch::full({B, R}, pad_token_id, torch::kLong);
   auto response_mask = torch::zeros({B, R}, torch::kLong);
   auto log_probs = torch::zeros({B, R}, torch::kFloat);
+  auto token_versions = torch::full({B, R}, -1, torch::kLong);
   auto attention_mask = torch::zeros({B, P + R}, torch::kLong);
   dataproto::Column session_ids, versions;
   for (int64_t b = 0; b < B; ++b) {
@@ -131,6 +137,7 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
       responses[b].slice(0, 0, r).copy_(torch::tensor(row.response, torch::kLong));
       response_mask[b].slice(0, 0, r).copy_(torch::tensor(row.mask, torch::kLong));
       log_probs[b].slice(0, 0, r).copy_(torch::tensor(row.log_probs, torch::kFloat));
+      token_versions[b].slice(0, 0, r).copy_(torch::tensor(row.token_versions, torch::kLong));
     }
     session_ids.push_back(session.id);
     versions.push_back(row.versions);
@@ -142,7 +149,8 @@ DataProto session_to_data_proto(const Session& session, int64_t pad_token_id) {
                    {"rollout_log_probs", log_probs},
                    {"input_ids", torch::cat({prompts, responses}, 1)},
                    {"attention_mask", attention_mask},
-                   {"position_ids", position_ids}};
+                   {"position_ids", position_ids},
+                   {"rollout_weight_versions", token_versions}};
   dataproto::NonTensorBatch columns;
   columns["session_id"] = std::move(session_ids);
   columns["weight_versions"] = std::move(versions);

@@ -1,5 +1,5 @@
 // The official `openai` npm client against hyflow-serve (tests/serve/openai_npm.sh starts both):
-// models, chat, tools, streaming, logprobs, n > 1, token ids, and the errors it maps to classes.
+// models, chat, tools, streaming, logprobs and top_logprobs, n > 1, token ids, and the errors it maps to classes.
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 
@@ -61,6 +61,34 @@ await check("logprobs", async () => {
   const lp = r.choices[0].logprobs.content;
   assert.equal(lp.length, r.usage.completion_tokens);
   for (const t of lp) assert.ok(t.logprob <= 0 && typeof t.token === "string");
+});
+
+await check("top_logprobs, whole and streamed", async () => {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, logprobs: true,
+    top_logprobs: 4 });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  for (const t of lp) {
+    assert.equal(t.top_logprobs.length, 4);
+    assert.equal(t.top_logprobs[0].token, t.token);  // greedy: the chosen token is the most likely
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+    assert.ok(t.top_logprobs.every((a, i) => i === 0 || a.logprob <= t.top_logprobs[i - 1].logprob));
+    assert.ok(Array.isArray(t.top_logprobs[3].bytes));
+  }
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0,
+    logprobs: true, top_logprobs: 4, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+  }
+  assert.deepEqual(streamed.map((t) => t.top_logprobs.map((a) => a.token)),
+    lp.map((t) => t.top_logprobs.map((a) => a.token)));
+  const c = await client.completions.create({ model, prompt: "2+2=", max_tokens: 4, temperature: 0, logprobs: 3 });
+  const clp = c.choices[0].logprobs;
+  assert.equal(clp.top_logprobs.length, clp.tokens.length);
+  clp.tokens.forEach((tok, i) => assert.ok(Math.abs(clp.top_logprobs[i][tok] - clp.token_logprobs[i]) < 1e-6));
+  await assert.rejects(client.chat.completions.create({ model, messages, logprobs: true, top_logprobs: 21 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "top_logprobs");
 });
 
 await check("n > 1 with a seed", async () => {

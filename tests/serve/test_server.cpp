@@ -9,6 +9,9 @@
 #include <httplib.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <latch>
 #include <thread>
@@ -331,4 +334,291 @@ TEST_CASE("a client that leaves mid-stream frees its slot at the next step") {
   }
   CHECK(s.loop->stats().cancelled == 1);
   CHECK(s.loop->stats().tokens < 900);
+}
+
+namespace {
+
+// A change of the weights that changes greedy choices (not only the logits' scale).
+void perturb(models::CausalLM& m) {
+  torch::NoGradGuard no_grad;
+  auto w = m->named_parameters()["model.layers.0.mlp.up_proj.weight"];
+  torch::manual_seed(17);
+  w.add_(torch::randn(w.sizes(), w.options()));
+}
+
+// The engine alone on the served model's current weights: no end token, what the loop runs.
+std::vector<inference::DecodeOutput> engine_run(ServedTiny& s, const inference::DecodeRequest& r,
+                                                const inference::DecodeSampling& sampling) {
+  inference::DecodeEngine engine(s.model, {.max_batch = 16});
+  return engine.run({r}, sampling);
+}
+
+}  // namespace
+
+TEST_CASE("a partial weight update mid-stream: full length, old-weight tokens before, new-weight tokens after") {
+  ServedTiny s({}, {}, 16, 256);  // a wider model: 400 steps take far longer than the update takes to land
+  const auto prompt = s.tokenizer->encode("abc");
+  const int64_t total = 400;
+  inference::DecodeSampling greedy;
+  greedy.sampling.greedy = true;
+  const auto old_tokens = engine_run(s, {.prompt = prompt, .n = 1, .max_new_tokens = total}, greedy)[0].tokens;
+
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(60);
+  json body{{"prompt", prompt}, {"max_tokens", total}, {"temperature", 0},
+            {"stream", true},   {"ignore_eos", true},  {"return_token_ids", true}};
+  std::string sse;
+  std::future<int64_t> update;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}, {"X-Session-Id", "partial"}};
+  req.body = body.dump();
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    sse.append(data, size);
+    if (!update.valid()) {  // the first chunk arrived: swap the weights under the running stream
+      update = std::async(std::launch::async,
+                          [&] { return s.loop->update_weights(perturb, serve::WeightUpdateMode::kPartial); });
+    }
+    return true;
+  };
+  auto res = c.send(req);
+  REQUIRE(res);
+  REQUIRE(update.valid());
+  CHECK(update.get() == 1);
+
+  std::vector<int64_t> tokens, versions;
+  std::string text, finish;
+  for (size_t at = 0; (at = sse.find("data: ", at)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", at);
+    const auto payload = sse.substr(at + 6, end - at - 6);
+    at = end;
+    if (payload == "[DONE]") break;
+    const auto chunk = json::parse(payload);
+    REQUIRE(chunk.contains("choices"));
+    const auto& choice = chunk["choices"][0];
+    for (auto t : choice["token_ids"]) tokens.push_back(t.get<int64_t>());
+    for (auto v : choice["weight_versions"]) versions.push_back(v.get<int64_t>());
+    text += choice["text"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  REQUIRE(static_cast<int64_t>(tokens.size()) == total);  // the full length, as without the update
+  REQUIRE(versions.size() == tokens.size());
+  CHECK(finish == "length");
+  CHECK(text == s.tokenizer->decode(tokens, true));
+  const auto k = static_cast<size_t>(std::count(versions.begin(), versions.end(), 0));
+  REQUIRE(k >= 1);
+  REQUIRE(k < tokens.size());
+  CHECK(std::all_of(versions.begin() + static_cast<std::ptrdiff_t>(k), versions.end(), [](auto v) { return v == 1; }));
+  // Before the swap: the old weights' tokens. After: the new weights' continuation of them.
+  CHECK(std::equal(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k), old_tokens.begin()));
+  auto context = prompt;
+  context.insert(context.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k));
+  const auto new_tokens =
+      engine_run(s, {.prompt = context, .n = 1, .max_new_tokens = total - static_cast<int64_t>(k)}, greedy)[0].tokens;
+  const auto after = tokens.begin() + static_cast<std::ptrdiff_t>(k);
+  CHECK(std::equal(after, tokens.end(), new_tokens.begin(), new_tokens.end()));
+  CHECK(!std::equal(tokens.begin() + static_cast<std::ptrdiff_t>(k), tokens.end(),
+                    old_tokens.begin() + static_cast<std::ptrdiff_t>(k)));
+  // The recorded turn tells the trainer which weights produced each token.
+  const auto rows = s.server->collect_session("partial");
+  REQUIRE(rows);
+  CHECK(torch::equal(rows->batch.at("rollout_weight_versions")[0], torch::tensor(versions, torch::kLong)));
+  CHECK(torch::equal(rows->batch.at("responses")[0], torch::tensor(tokens, torch::kLong)));
+}
+
+TEST_CASE("a partial weight update keeps seeded samples a function of (seed, sample, step); drain does not pause") {
+  ServedTiny s({}, {}, 16, 256);
+  const auto prompt = s.tokenizer->encode("seeded");
+  const int64_t total = 300;
+  serve::GenerationSpec spec{.prompt = prompt,
+                             .n = 2,
+                             .max_tokens = total,
+                             .sampling = cuda::SamplingOptions{.temperature = 0.8},
+                             .seed = 9,
+                             .ignore_eos = true};
+  inference::DecodeSampling sampling;
+  sampling.sampling = spec.sampling;
+  sampling.seed = 9;
+  const auto old_run = engine_run(s, {.prompt = prompt, .n = 2, .max_new_tokens = total}, sampling);
+
+  auto job = s.loop->submit(spec);
+  std::vector<serve::TokenEvent> events;
+  while (events.size() < 4) REQUIRE(job->take(events, std::chrono::milliseconds(5000)));
+  CHECK(s.loop->update_weights(perturb, serve::WeightUpdateMode::kPartial) == 1);
+  auto rest = job->wait_all();
+  events.insert(events.end(), rest.begin(), rest.end());
+  REQUIRE(job->error().empty());
+  for (int64_t j = 0; j < 2; ++j) {
+    std::vector<int64_t> tokens, versions;
+    for (const auto& e : events) {
+      if (e.sample != j) continue;
+      tokens.push_back(e.token);
+      versions.push_back(e.weight_version);
+    }
+    REQUIRE(static_cast<int64_t>(tokens.size()) == total);
+    const auto k = static_cast<size_t>(std::count(versions.begin(), versions.end(), 0));
+    REQUIRE(k >= 1);
+    REQUIRE(k < tokens.size());
+    const auto& old_tokens = old_run[static_cast<size_t>(j)].tokens;
+    CHECK(std::equal(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k), old_tokens.begin()));
+    auto context = prompt;
+    context.insert(context.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k));
+    const auto resumed = engine_run(s,
+                                    {.prompt = context,
+                                     .n = 1,
+                                     .max_new_tokens = total - static_cast<int64_t>(k),
+                                     .first_row_id = j,
+                                     .first_step = static_cast<int64_t>(k)},
+                                    sampling)[0]
+                             .tokens;
+    CHECK(std::equal(tokens.begin() + static_cast<std::ptrdiff_t>(k), tokens.end(), resumed.begin(), resumed.end()));
+  }
+
+  // A drain (the default mode) finishes a running request on the weights it started with.
+  auto drained = s.loop->submit(spec);
+  std::vector<serve::TokenEvent> first;
+  REQUIRE(drained->take(first, std::chrono::milliseconds(5000)));
+  CHECK(s.loop->update_weights(perturb) == 2);
+  auto all = drained->wait_all();
+  all.insert(all.begin(), first.begin(), first.end());
+  CHECK(static_cast<int64_t>(all.size()) == 2 * total);
+  CHECK(std::all_of(all.begin(), all.end(), [](const auto& e) { return e.weight_version == 1; }));
+}
+
+TEST_CASE("POST /v1/weights/update: off by default, bearer token, bad paths named, success bumps weight_version") {
+  {
+    ServedTiny off;
+    auto c = client(off);
+    const auto r = post(c, "/v1/weights/update", {{"model_path", "/nonexistent"}}, 403);
+    CHECK(r["error"]["message"].get<std::string>().find("--enable-weight-update") != std::string::npos);
+  }
+  serve::ServeOptions options;
+  options.token = "s3cret";
+  options.enable_weight_update = true;
+  ServedTiny s(options);
+  auto c = client(s);
+  const httplib::Headers auth{{"Authorization", "Bearer s3cret"}};
+  TempDir dir("serve_weights");
+  // The weights to load: the served ones, perturbed (the served model itself stays as it is).
+  models::NamedTensors tensors;
+  for (const auto& item : s.model->named_parameters(true)) tensors.emplace_back(item.key(), item.value().clone());
+  const std::string up_name = "model.layers.0.mlp.up_proj.weight";
+  at::Tensor loaded_up;
+  for (auto& [name, t] : tensors) {
+    if (name == up_name) loaded_up = t.add_(1.0);
+  }
+  REQUIRE(loaded_up.defined());
+  const auto file = dir.path / "model.safetensors";
+  models::write_safetensors(file, tensors);
+  const auto partial_file = dir.path / "partial.safetensors";
+  models::write_safetensors(partial_file, {tensors.front()});
+
+  post(c, "/v1/weights/update", {{"model_path", file.string()}}, 401, {{"Authorization", "Bearer wrong"}});
+  const auto missing = post(c, "/v1/weights/update", {{"model_path", "/no/such/dir"}}, 400, auth);
+  CHECK(missing["error"]["param"] == "model_path");
+  CHECK(missing["error"]["message"] ==
+        "model_path '/no/such/dir' is neither a model folder nor a .safetensors file on the server");
+  std::ofstream(dir.path / "bad.safetensors") << "not a safetensors file";
+  const auto corrupt =
+      post(c, "/v1/weights/update", {{"model_path", (dir.path / "bad.safetensors").string()}}, 400, auth);
+  CHECK(corrupt["error"]["param"] == "model_path");
+  CHECK(corrupt["error"]["message"].get<std::string>().find("cannot read model_path") != std::string::npos);
+  const auto no_path = post(c, "/v1/weights/update", {{"mode", "partial"}}, 400, auth);
+  CHECK(no_path["error"]["param"] == "model_path");
+  const auto bad_mode = post(c, "/v1/weights/update", {{"model_path", file.string()}, {"mode", "abort"}}, 400, auth);
+  CHECK(bad_mode["error"]["param"] == "mode");
+  const auto unfit = post(c, "/v1/weights/update", {{"model_path", partial_file.string()}}, 400, auth);
+  CHECK(unfit["error"]["message"].get<std::string>().find("is missing") != std::string::npos);
+  CHECK(s.loop->weight_version() == 0);  // nothing was loaded
+
+  const auto ok = post(c, "/v1/weights/update", {{"model_path", file.string()}, {"mode", "partial"}}, 200, auth);
+  CHECK(ok["success"] == true);
+  CHECK(ok["weight_version"] == 1);
+  CHECK(ok["mode"] == "partial");
+  CHECK(s.model->named_parameters()[up_name].equal(loaded_up));
+  // SGLang's route and a model folder work the same way.
+  std::filesystem::create_directories(dir.path / "folder");
+  models::write_safetensors(dir.path / "folder" / "model.safetensors", tensors);
+  const auto folder = post(c, "/update_weights_from_disk", {{"model_path", (dir.path / "folder").string()}}, 200, auth);
+  CHECK(folder["weight_version"] == 2);
+  CHECK(folder["mode"] == "drain");
+  auto health = c.Get("/health", auth);
+  REQUIRE(health);
+  CHECK(json::parse(health->body)["weight_version"] == 2);
+}
+
+TEST_CASE("top_logprobs: chat and completions in OpenAI's shapes, the chosen token first when greedy") {
+  ServedTiny s;
+  auto c = client(s);
+  const auto r = post(c, "/v1/chat/completions",
+                      {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                       {"max_tokens", 6},
+                       {"temperature", 0},
+                       {"logprobs", true},
+                       {"top_logprobs", 3}});
+  const auto& content = r["choices"][0]["logprobs"]["content"];
+  REQUIRE(!content.empty());
+  for (const auto& e : content) {
+    REQUIRE(e["top_logprobs"].size() == 3);
+    CHECK(e["top_logprobs"][0]["token"] == e["token"]);
+    CHECK(e["top_logprobs"][0]["logprob"].get<double>() == Approx(e["logprob"].get<double>()).margin(1e-6));
+    CHECK(e["top_logprobs"][1]["logprob"] <= e["top_logprobs"][0]["logprob"]);
+    CHECK(e["top_logprobs"][2].contains("bytes"));
+  }
+  const auto plain = post(c, "/v1/chat/completions",
+                          {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                           {"max_tokens", 2},
+                           {"temperature", 0},
+                           {"logprobs", true}});
+  CHECK(plain["choices"][0]["logprobs"]["content"][0]["top_logprobs"].empty());
+
+  const auto comp =
+      post(c, "/v1/completions", {{"prompt", "1+2="}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}});
+  const auto& lp = comp["choices"][0]["logprobs"];
+  REQUIRE(lp["top_logprobs"].size() == lp["tokens"].size());
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    const auto& top = lp["top_logprobs"][i];
+    CHECK((top.size() == 2 || top.size() == 1));  // two ids with the same text show once
+    REQUIRE(top.contains(lp["tokens"][i].get<std::string>()));
+    CHECK(top[lp["tokens"][i].get<std::string>()].get<double>() ==
+          Approx(lp["token_logprobs"][i].get<double>()).margin(1e-6));
+  }
+  const auto none = post(c, "/v1/completions", {{"prompt", "1+2="}, {"max_tokens", 2}, {"logprobs", 0}});
+  CHECK(none["choices"][0]["logprobs"]["top_logprobs"].is_null());
+}
+
+TEST_CASE("clients with different sampling settings share one engine run, each as alone") {
+  ServedTiny s({}, {}, 16, 256);
+  const auto prompt = s.tokenizer->encode("mix");
+  // A long greedy request keeps the run going while the others arrive.
+  auto first = s.loop->submit(
+      {.prompt = prompt, .n = 1, .max_tokens = 400, .sampling = {.greedy = true}, .seed = {}, .ignore_eos = true});
+  std::vector<serve::TokenEvent> started;
+  REQUIRE(first->take(started, std::chrono::milliseconds(5000)));
+  const std::vector<serve::GenerationSpec> specs{
+      {.prompt = prompt, .n = 2, .max_tokens = 12, .sampling = {.temperature = 0.8}, .seed = 4, .ignore_eos = false},
+      {.prompt = prompt, .n = 1, .max_tokens = 12, .sampling = {.temperature = 1.2, .top_k = 5}, .seed = 8},
+      {.prompt = prompt, .n = 1, .max_tokens = 12, .sampling = {.greedy = true}, .seed = {}, .ignore_eos = true}};
+  std::vector<std::shared_ptr<serve::GenerationJob>> jobs;
+  for (const auto& spec : specs) jobs.push_back(s.loop->submit(spec));
+  for (size_t r = 0; r < specs.size(); ++r) {
+    const auto events = jobs[r]->wait_all();
+    inference::DecodeSampling sampling;
+    sampling.sampling = specs[r].sampling;
+    sampling.seed = specs[r].seed.value_or(0);
+    if (!specs[r].ignore_eos) sampling.eos_token_ids = {s.tokenizer->eos_token_id()};
+    const auto alone =
+        engine_run(s, {.prompt = prompt, .n = specs[r].n, .max_new_tokens = specs[r].max_tokens}, sampling);
+    for (int64_t j = 0; j < specs[r].n; ++j) {
+      std::vector<int64_t> got;
+      for (const auto& e : events) {
+        if (e.sample == j) got.push_back(e.token);
+      }
+      CHECK(got == alone[static_cast<size_t>(j)].tokens);
+    }
+  }
+  first->wait_all();
+  CHECK(s.loop->stats().runs == 1);  // nobody waited for another run
+  CHECK(s.loop->stats().joined_mid_run == 3);
 }

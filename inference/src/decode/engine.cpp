@@ -363,8 +363,6 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   });
   const auto w = st.aten ? Weights{} : weights_of(model_, packed_ptrs);
   const int64_t bs = options_.block_size, kvdim = st.kvdim(), qdim = st.qdim(), D = st.head_dim;
-  const bool greedy = sampling.sampling.is_greedy();
-  const double lp_temperature = greedy ? 1.0 : sampling.sampling.temperature;
 
   // ---- check the requests, size the cache and the rotary tables ----
   int64_t total_samples = 0, max_len = 0, max_pos = 0, max_n = 1;
@@ -375,6 +373,14 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     if (r.max_new_tokens <= 0) {
       throw ValueError(where + ": max_new_tokens must be > 0, got " + std::to_string(r.max_new_tokens));
     }
+    if (r.first_step < 0) throw ValueError(where + ": first_step must be >= 0, got " + std::to_string(r.first_step));
+    if (r.top_logprobs < 0 || r.top_logprobs > st.vocab) {
+      throw ValueError(where + ": top_logprobs must be in [0, vocab], got " + std::to_string(r.top_logprobs));
+    }
+    if (r.top_logprobs > 0 && (!sampling.return_log_probs || st.aten)) {
+      throw ValueError(where + " asks for top_logprobs, which need return_log_probs and the CPU kernels backend");
+    }
+    if (r.sampling) cuda::validate(*r.sampling);
     if (!r.positions.empty() && r.positions.size() != r.prompt.size()) {
       throw ShapeError(where + ": " + std::to_string(r.positions.size()) + " positions for " +
                        std::to_string(r.prompt.size()) + " prompt tokens");
@@ -403,8 +409,28 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     max_pos = std::max(max_pos, last_pos + r.max_new_tokens);
     max_len = std::max(max_len, len + r.max_new_tokens);
   };
+  // How each request's tokens are chosen: the run's settings (index 0) or one of the distinct
+  // overrides of its requests; a step chooses the tokens of each settings' picks together.
+  struct Settings {
+    cuda::SamplingOptions sampling;
+    uint64_t seed;
+  };
+  std::vector<Settings> settings{{sampling.sampling, sampling.seed}};
+  std::vector<size_t> settings_of;  // per request
+  auto add_settings = [&](const DecodeRequest& r) {
+    const Settings s{r.sampling.value_or(sampling.sampling), r.seed.value_or(sampling.seed)};
+    auto same = [&](const Settings& o) {
+      if (o.sampling.is_greedy() || s.sampling.is_greedy()) return o.sampling.is_greedy() && s.sampling.is_greedy();
+      return o.sampling.temperature == s.sampling.temperature && o.sampling.top_k == s.sampling.top_k &&
+             o.sampling.top_p == s.sampling.top_p && o.sampling.min_p == s.sampling.min_p && o.seed == s.seed;
+    };
+    const auto it = std::find_if(settings.begin(), settings.end(), same);
+    settings_of.push_back(static_cast<size_t>(it - settings.begin()));
+    if (it == settings.end()) settings.push_back(s);
+  };
   for (size_t i = 0; i < requests.size(); ++i) {
     check(requests[i], i);
+    add_settings(requests[i]);
     total_samples += requests[i].n;
     max_n = std::max(max_n, requests[i].n);
   }
@@ -574,48 +600,76 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   };
   std::vector<int64_t> chosen;
   std::vector<float> chosen_lp;
-  auto choose = [&](const std::vector<Pick>& picks) {
-    chosen.assign(picks.size(), 0);
-    chosen_lp.assign(picks.size(), 0.0F);
+  std::vector<std::vector<TokenLogProb>> chosen_top;  // per pick: the request's top_logprobs alternatives
+  auto request_of = [&](const Pick& p) { return static_cast<size_t>(seqs[static_cast<size_t>(p.seq)].request); };
+  // Chooses the tokens of picks[members] (one settings' picks) into chosen, chosen_lp and chosen_top.
+  auto choose = [&](const std::vector<Pick>& picks, const std::vector<size_t>& members, const Settings& set) {
+    const bool greedy = set.sampling.is_greedy();
+    const double lp_temperature = greedy ? 1.0 : set.sampling.temperature;
     const float* logits = st.logits.data();
-    const auto n_picks = static_cast<int64_t>(picks.size());
+    const auto n_members = static_cast<int64_t>(members.size());
     const int64_t pick_grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, st.vocab));
     if (greedy) {
-      decode::parallel_for(0, n_picks, pick_grain, [&](int64_t i0, int64_t i1) {
-        for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+      decode::parallel_for(0, n_members, pick_grain, [&](int64_t m0, int64_t m1) {
+        for (auto m = static_cast<size_t>(m0); m < static_cast<size_t>(m1); ++m) {
           // The first maximum: the lowest id on ties.
+          const size_t i = members[m];
           chosen[i] = decode::argmax(logits + picks[i].logits_row * st.vocab, st.vocab);
         }
       });
     } else {
       // Counter-based sampling, grouped by step: a token depends on (seed, row id, step) only.
       std::map<int64_t, std::vector<size_t>> by_step;
-      for (size_t i = 0; i < picks.size(); ++i) by_step[picks[i].step].push_back(i);
+      for (auto i : members) by_step[picks[i].step].push_back(i);
       auto all = torch::from_blob(const_cast<float*>(logits), {st.logit_capacity, st.vocab}, at::kFloat);
-      for (const auto& [step, members] : by_step) {
+      for (const auto& [step, at_step] : by_step) {
         std::vector<int64_t> index, ids;
-        for (auto i : members) {
+        for (auto i : at_step) {
           index.push_back(picks[i].logits_row);
           ids.push_back(picks[i].row_id);
         }
         auto z = all.index_select(0, torch::tensor(index, torch::kLong));
-        auto tokens = cuda::sample_seeded(z, sampling.sampling, sampling.seed, static_cast<uint64_t>(step),
+        auto tokens = cuda::sample_seeded(z, set.sampling, set.seed, static_cast<uint64_t>(step),
                                           torch::tensor(ids, torch::kLong));
         auto acc = tokens.accessor<int64_t, 1>();
-        for (size_t m = 0; m < members.size(); ++m) chosen[members[m]] = acc[static_cast<int64_t>(m)];
+        for (size_t m = 0; m < at_step.size(); ++m) chosen[at_step[m]] = acc[static_cast<int64_t>(m)];
       }
     }
     if (sampling.return_log_probs) {
-      decode::parallel_for(0, n_picks, pick_grain, [&](int64_t i0, int64_t i1) {
-        for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+      decode::parallel_for(0, n_members, pick_grain, [&](int64_t m0, int64_t m1) {
+        for (auto m = static_cast<size_t>(m0); m < static_cast<size_t>(m1); ++m) {
+          const size_t i = members[m];
           const float* z = logits + picks[i].logits_row * st.vocab;
           double max_z = -std::numeric_limits<double>::infinity();
           for (int64_t t = 0; t < st.vocab; ++t)
             max_z = std::max<double>(max_z, z[t] / static_cast<float>(lp_temperature));
           double total = 0.0;
           for (int64_t t = 0; t < st.vocab; ++t) total += std::exp(z[t] / static_cast<float>(lp_temperature) - max_z);
-          chosen_lp[i] =
-              static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - std::log(total));
+          const double log_total = std::log(total);
+          chosen_lp[i] = static_cast<float>(z[chosen[i]] / static_cast<float>(lp_temperature) - max_z - log_total);
+          // The k largest logits (a min-heap of k: the first at the front is the one to drop).
+          const auto k = static_cast<size_t>(requests[request_of(picks[i])].top_logprobs);
+          auto& top = chosen_top[i];
+          top.clear();
+          if (k == 0) continue;
+          auto better = [](const TokenLogProb& a, const TokenLogProb& b) {
+            return a.log_prob > b.log_prob || (a.log_prob == b.log_prob && a.token < b.token);
+          };
+          for (int64_t t = 0; t < st.vocab; ++t) {
+            const TokenLogProb c{t, z[t]};
+            if (top.size() < k) {
+              top.push_back(c);
+              std::push_heap(top.begin(), top.end(), better);
+            } else if (better(c, top.front())) {
+              std::pop_heap(top.begin(), top.end(), better);
+              top.back() = c;
+              std::push_heap(top.begin(), top.end(), better);
+            }
+          }
+          std::sort_heap(top.begin(), top.end(), better);
+          for (auto& c : top) {
+            c.log_prob = static_cast<float>(c.log_prob / static_cast<float>(lp_temperature) - max_z - log_total);
+          }
         }
       });
     }
@@ -657,6 +711,7 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     for (auto& r : hooks.admit()) {
       const size_t i = requests.size();
       check(r, i);
+      add_settings(r);
       own_blocks.push_back(0);
       shared_blocks.push_back(0);
       const int64_t need = size_blocks(r, i);
@@ -672,6 +727,7 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     }
   };
   while (true) {
+    if (hooks.pause && hooks.pause()) break;  // the unfinished outputs keep the tokens chosen so far
     admit_more();
     if (queue.empty() && running.empty()) break;
     rows.clear();
@@ -684,8 +740,9 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       ++seq.length;
       ++seq.next_pos;
       const auto& out = outputs[static_cast<size_t>(first_output[static_cast<size_t>(seq.request)] + seq.sample)];
-      picks.push_back(Pick{n_logits++, id, first_output[static_cast<size_t>(seq.request)] + seq.sample,
-                           static_cast<int64_t>(out.tokens.size()), seq.row_id});
+      picks.push_back(Pick{
+          n_logits++, id, first_output[static_cast<size_t>(seq.request)] + seq.sample,
+          requests[static_cast<size_t>(seq.request)].first_step + static_cast<int64_t>(out.tokens.size()), seq.row_id});
     }
     // Admit queued prompts into free slots.
     std::vector<int64_t> prefilled;  // sequence ids whose prompt runs in this pass
@@ -750,7 +807,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       const auto& req = requests[static_cast<size_t>(r)];
       if (!options_.share_prefix) {
         const auto& seq = seqs[static_cast<size_t>(prompt_id)];
-        picks.push_back(Pick{logits_row, prompt_id, first_output[static_cast<size_t>(r)] + seq.sample, 0, seq.row_id});
+        picks.push_back(
+            Pick{logits_row, prompt_id, first_output[static_cast<size_t>(r)] + seq.sample, req.first_step, seq.row_id});
         continue;
       }
       std::vector<int64_t> ids{prompt_id};
@@ -781,19 +839,38 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
         auto& seq = seqs[static_cast<size_t>(ids[static_cast<size_t>(j)])];
         seq.sample = j;
         seq.row_id = req.first_row_id + j;
-        picks.push_back(
-            Pick{logits_row, ids[static_cast<size_t>(j)], first_output[static_cast<size_t>(r)] + j, 0, seq.row_id});
+        picks.push_back(Pick{logits_row, ids[static_cast<size_t>(j)], first_output[static_cast<size_t>(r)] + j,
+                             req.first_step, seq.row_id});
       }
     }
 
-    // Choose tokens; finished samples leave the batch and free their slots at once.
-    if (st.aten) {
+    // Choose tokens, the picks of each settings together; finished samples leave the batch and
+    // free their slots at once.
+    chosen.assign(picks.size(), 0);
+    chosen_lp.assign(picks.size(), 0.0F);
+    chosen_top.resize(picks.size());
+    std::map<size_t, std::vector<size_t>> by_settings;
+    for (size_t i = 0; i < picks.size(); ++i) by_settings[settings_of[request_of(picks[i])]].push_back(i);
+    for (const auto& [s, members] : by_settings) {
+      if (!st.aten) {
+        choose(picks, members, settings[s]);
+        continue;
+      }
       std::vector<decode::AtenPick> aten_picks;
-      aten_picks.reserve(picks.size());
-      for (const auto& p : picks) aten_picks.push_back(decode::AtenPick{p.logits_row, p.step, p.row_id});
-      st.aten->choose(aten_picks, sampling, chosen, chosen_lp);
-    } else {
-      choose(picks);
+      aten_picks.reserve(members.size());
+      for (auto i : members) {
+        aten_picks.push_back(decode::AtenPick{picks[i].logits_row, picks[i].step, picks[i].row_id});
+      }
+      DecodeSampling group = sampling;
+      group.sampling = settings[s].sampling;
+      group.seed = settings[s].seed;
+      std::vector<int64_t> tokens;
+      std::vector<float> log_probs;
+      st.aten->choose(aten_picks, group, tokens, log_probs);
+      for (size_t m = 0; m < members.size(); ++m) {
+        chosen[members[m]] = tokens[m];
+        chosen_lp[members[m]] = log_probs[m];
+      }
     }
     std::vector<int64_t> next;
     next.reserve(running.size() + picks.size());
@@ -806,6 +883,9 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       const auto& req = requests[static_cast<size_t>(seq.request)];
       const bool eos = std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), chosen[i]) !=
                        sampling.eos_token_ids.end();
+      if (hooks.on_top_logprobs && !st.aten && !chosen_top[i].empty()) {
+        hooks.on_top_logprobs(pick.output, chosen_top[i]);
+      }
       const bool stopped =
           hooks.on_token && !hooks.on_token(pick.output, chosen[i], sampling.return_log_probs ? chosen_lp[i] : 0.0F);
       if (eos || stopped || static_cast<int64_t>(out.tokens.size()) >= req.max_new_tokens) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace hyflow::inference {
@@ -74,6 +75,23 @@ struct DecodeRequest {
   int64_t n = 1;                   ///< samples; sample j has row id first_row_id + j
   int64_t max_new_tokens = 32;
   int64_t first_row_id = 0;
+  /// The sampling step of the first new token: a request resumed after k tokens of an earlier run
+  /// (prompt + those tokens, first_step = k) draws the seeded tokens the uninterrupted run would.
+  int64_t first_step = 0;
+  /// > 0: the hooks' on_top_logprobs gets this many most likely tokens of each chosen one (with
+  /// return_log_probs; the CPU kernels backend only, ValueError under ATen).
+  int64_t top_logprobs = 0;
+  /// Set: this request's samples are chosen with these settings (and seed) instead of the run's
+  /// DecodeSampling::sampling (and seed), so requests with other temperatures, top-k / top-p /
+  /// min-p or seeds share one batch; each decodes as in a run of its own with those settings.
+  std::optional<cuda::SamplingOptions> sampling;
+  std::optional<uint64_t> seed;
+};
+
+/// A token and its log-prob: one of the most likely alternatives at a step (DecodeRequest::top_logprobs).
+struct TokenLogProb {
+  int64_t token = 0;
+  float log_prob = 0.0F;
 };
 
 /// How tokens are chosen.
@@ -106,6 +124,14 @@ struct DecodeHooks {
   /// return_log_probs). Returning false ends that sample at once (a cancelled stream, a stop
   /// string): it leaves the batch and its KV blocks are free for the next step.
   std::function<bool(int64_t output, int64_t token, float log_prob)> on_token;
+  /// For a request with top_logprobs k > 0: called just before on_token with that step's k most
+  /// likely tokens, most likely first (lower id first on ties), their log-probs from the same
+  /// log softmax(logits / temperature) as the chosen token's.
+  std::function<void(int64_t output, const std::vector<TokenLogProb>& top)> on_top_logprobs;
+  /// Asked before every step (before `admit`); true ends the run at once: samples still running
+  /// or queued stay unfinished, their outputs holding the tokens chosen so far (a weight update
+  /// that pauses and resumes requests: verl's partial rollout).
+  std::function<bool()> pause;
 };
 
 /// What the last run did (for benchmarks and tests).

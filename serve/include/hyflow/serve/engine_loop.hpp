@@ -1,13 +1,14 @@
 #pragma once
 // EngineLoop: one thread that owns a DecodeEngine and serves every client from it (continuous
-// batching across requests). A submitted request waits in a queue; the engine thread starts a
-// run with the oldest one's sampling settings and, before every step, admits each queued request
-// with the same settings (DecodeHooks::admit), so concurrent clients share the batch and a request
-// that arrives mid-run joins at the next step. Tokens reach the request's GenerationJob as they
-// are chosen; a cancelled job (a client gone mid-stream) leaves the batch at the next step.
-// Requests with other settings wait for the run to drain (a run admits at most
-// max_requests_per_run, so none waits forever). Weight updates drain the running requests,
-// replace the weights on the engine thread and bump the weight version; requests wait meanwhile.
+// batching across requests). A submitted request waits in a queue; the engine thread runs the
+// engine and, before every step, admits the queued requests (DecodeHooks::admit), each with its
+// own sampling settings, seed and end-token rule (DecodeRequest::sampling, seed), so concurrent
+// clients share the batch whatever they ask and a request that arrives mid-run joins at the next
+// step. Tokens reach the request's GenerationJob as they are chosen; a cancelled job (a client
+// gone mid-stream) leaves the batch at the next step. A run admits at most max_requests_per_run,
+// then drains and frees its outputs. Weight updates drain the running requests (or,
+// in partial mode, pause them at the next step and resume them on the new weights), replace the
+// weights on the engine thread and bump the weight version; requests wait meanwhile.
 
 #include <hyflow/cuda/sampling.hpp>
 #include <hyflow/inference/decode_engine.hpp>
@@ -41,6 +42,9 @@ struct EngineLoopOptions {
   uint64_t seed = 0;                    ///< the seed of requests that bring none
 };
 
+/// The most alternatives a token may come with (OpenAI's bound of top_logprobs).
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
 /// What one request asks of the engine.
 struct GenerationSpec {
   std::vector<int64_t> prompt;
@@ -49,7 +53,19 @@ struct GenerationSpec {
   cuda::SamplingOptions sampling;
   std::optional<uint64_t> seed;  ///< set: the tokens depend on (seed, sample, step) only, as alone
   bool ignore_eos = false;       ///< end tokens do not stop a sample
+  int64_t top_logprobs = 0;      ///< > 0: each TokenEvent carries this many most likely alternatives
 };
+
+/// How EngineLoop::update_weights treats the requests running when it is called.
+enum class WeightUpdateMode {
+  kDrain,    ///< they finish on the weights they started with; then the weights change
+  kPartial,  ///< verl's partial rollout: they stop at the next step, keep their tokens and go on
+             ///< from there on the new weights (their later tokens carry the new version)
+};
+
+/// "drain" or "partial" (the names of the hyflow-serve flag and of the weights endpoint).
+WeightUpdateMode weight_update_mode_named(const std::string& name);
+const char* weight_update_mode_name(WeightUpdateMode mode);
 
 /// One chosen token of one sample; `last` marks the sample's final token.
 struct TokenEvent {
@@ -57,6 +73,8 @@ struct TokenEvent {
   int64_t token = 0;
   float log_prob = 0.0F;
   bool last = false;
+  int64_t weight_version = 0;                ///< the weights that chose it
+  std::vector<inference::TokenLogProb> top;  ///< GenerationSpec::top_logprobs most likely tokens, best first
 };
 
 /// The consumer's side of a submitted request; shared by the HTTP thread and the engine thread.
@@ -75,14 +93,15 @@ class GenerationJob {
   bool cancelled() const;
   /// Non-empty when the run failed (the engine's message).
   std::string error() const;
-  /// The weight version the tokens came from (set when the job is admitted).
+  /// The weight version of the job's first tokens (set when the job is admitted); a partial
+  /// weight update gives its later tokens newer versions (TokenEvent::weight_version).
   int64_t weight_version() const;
   const GenerationSpec& spec() const { return spec_; }
 
  private:
   friend class EngineLoop;
   // Engine side, under mu_: records a token; true while the sample goes on.
-  bool push(int64_t sample, int64_t token, float log_prob, bool end);
+  bool push(TokenEvent event, bool end);
   void fail(const std::string& message);
 
   GenerationSpec spec_;
@@ -124,10 +143,15 @@ class EngineLoop {
   /// outside the vocabulary.
   std::shared_ptr<GenerationJob> submit(GenerationSpec spec);
 
-  /// Drains: admission pauses, running requests finish, then `update` runs on the engine thread
-  /// (no run in progress), the packed weight copies are dropped and the weight version goes up
-  /// by one (returned). Requests submitted meanwhile wait and run on the new weights.
-  int64_t update_weights(const std::function<void(models::CausalLM&)>& update);
+  /// Admission pauses and the running requests finish (kDrain) or stop at the next step
+  /// (kPartial); then `update` runs on the engine thread (no run in progress), the packed weight
+  /// copies are dropped and the weight version goes up by one (returned). Requests submitted
+  /// meanwhile wait and run on the new weights; paused ones resume first, from their prompt and
+  /// the tokens they had (seeded ones at the same sampling steps, so they stay a function of
+  /// (seed, sample, step)), for what is left of their max_tokens. When `update` throws, nothing
+  /// changed version and the exception comes back here (paused requests resume all the same).
+  int64_t update_weights(const std::function<void(models::CausalLM&)>& update,
+                         WeightUpdateMode mode = WeightUpdateMode::kDrain);
   /// Whether a weight update is waiting for the drain or running.
   bool updating_weights() const;
   int64_t weight_version() const;
@@ -139,6 +163,9 @@ class EngineLoop {
   struct Slot {
     std::shared_ptr<GenerationJob> job;
     int64_t sample;
+    int64_t row_id;               // the sample's sampling row (seeded: its index)
+    std::vector<int64_t> tokens;  // chosen so far, earlier runs included
+    bool open = true;             // not yet ended
   };
   void main();
   void run_once();
@@ -152,12 +179,14 @@ class EngineLoop {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<GenerationJob>> pending_;
+  std::vector<Slot> resumed_;          // samples a partial weight update paused; admitted before pending_
   std::atomic<int64_t> in_flight_{0};  // submitted and not done (a job's on_done_ lowers it)
   std::atomic<int64_t> cancelled_{0};
   std::atomic<bool> stopping_{false};  // set under mu_; the engine thread also reads it per token
   std::atomic<int64_t> tokens_{0};
   std::exception_ptr update_error_;
   const std::function<void(models::CausalLM&)>* update_ = nullptr;  // the waiting weight update
+  WeightUpdateMode update_mode_ = WeightUpdateMode::kDrain;
   int64_t update_done_ = 0;                                         // updates applied
   int64_t version_ = 0;
   uint64_t next_row_id_ = 0;

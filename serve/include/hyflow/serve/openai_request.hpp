@@ -37,6 +37,7 @@ struct SamplingRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool logprobs = false;          ///< each completion token's log-prob
+  int64_t top_logprobs = 0;       ///< and its k most likely alternatives (chat top_logprobs, completions logprobs: k)
   bool stream = false;            ///< server-sent events
   bool include_usage = false;     ///< stream_options.include_usage: a last chunk with usage
   bool return_token_ids = false;  ///< vLLM's field: prompt_token_ids and each choice's token_ids

@@ -6,7 +6,9 @@
 // completion prompt may be token ids. Requests tagged with a session id (X-Session-Id, else
 // `user`) are recorded in sessions() turn by turn. Errors are OpenAI error objects: 400 naming
 // the field, 401 (bearer token), 404, 413 (body), 429 (in flight), 503 with Retry-After while
-// weights are updated (when told to refuse rather than queue). Guide: docs/rollout-server.md.
+// weights are updated (when told to refuse rather than queue). POST /v1/weights/update (and
+// SGLang's /update_weights_from_disk) loads weights from a model folder or safetensors file into
+// the loop, only when enable_weight_update is set. Guide: docs/rollout-server.md.
 
 #include <hyflow/serve/engine_loop.hpp>
 #include <hyflow/serve/openai_request.hpp>
@@ -33,6 +35,13 @@ struct ServeOptions {
   std::vector<std::string> chat_stop;
   /// While a weight update drains the engine: true answers 503 with Retry-After, false queues.
   bool reject_during_weight_update = false;
+  /// What a weight update does to running requests when its request names no `mode`: kDrain
+  /// lets them finish on the old weights, kPartial (verl's partial rollout) pauses them at the
+  /// next step and resumes them on the new weights.
+  WeightUpdateMode weight_update_mode = WeightUpdateMode::kDrain;
+  /// Serves POST /v1/weights/update: a client may make the server read weight files from its
+  /// disk. Off by default (403); the bearer token applies as to every route.
+  bool enable_weight_update = false;
   /// Streaming: after a chunk's first token, wait this long for more before writing (vLLM's
   /// stream interval; fewer, larger chunks cost less CPU per token when many clients stream).
   /// 0: a chunk per engine step.

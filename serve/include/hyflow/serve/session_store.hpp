@@ -20,7 +20,10 @@ struct Turn {
   std::vector<int64_t> prompt_ids;      ///< the whole prompt the engine ran
   std::vector<int64_t> completion_ids;  ///< what the model produced (its end token included)
   std::vector<float> completion_log_probs;
-  int64_t weight_version = 0;
+  int64_t weight_version = 0;  ///< of the first completion token
+  /// Per completion token (they change within a turn that a partial weight update resumed);
+  /// empty: every token has weight_version.
+  std::vector<int64_t> completion_weight_versions;
 };
 
 struct Session {
@@ -61,8 +64,9 @@ class SessionStore {
 /// template tokens: response_mask 0, log-prob 0). A turn that does not extend any row (a sibling
 /// choice of n > 1, a re-rendered history) starts a row of its own. Tensors: prompts (B, P) left-
 /// padded, responses, response_mask, rollout_log_probs (B, R) right-padded, input_ids,
-/// attention_mask, position_ids (B, P + R). Columns: session_id, weight_versions (each row's
-/// per-turn versions). ValueError for a session without turns.
+/// attention_mask, position_ids (B, P + R), rollout_weight_versions (B, R: the weight version of
+/// each model token, -1 elsewhere). Columns: session_id, weight_versions (each row's per-turn
+/// versions). ValueError for a session without turns.
 DataProto session_to_data_proto(const Session& session, int64_t pad_token_id);
 
 }  // namespace hyflow::serve
