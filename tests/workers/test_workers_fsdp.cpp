@@ -216,6 +216,54 @@ TEST_CASE("bf16 compute with fp32 master shards trains on 2 workers and stays cl
   CHECK(all_same(bf16.call(&ActorRolloutRefWorker::parameter_digest)));
 }
 
+TEST_CASE("bf16 compute on one worker (replicated engine): actor, reference and critic run in bf16, scores in fp32") {
+  Runtime rt;
+  hyflow::workers::register_workers();
+  const Json bf16_precision = {{"mixed_precision", {{"param_dtype", "bf16"}}}};
+  const auto base = actor_rollout_ref_config(4);
+  auto fp32 = actor_group(rt, 1, base);
+  auto bf16 = actor_group(rt, 1, with_fsdp(base, bf16_precision));
+  DataProto gen = fp32.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  for (auto [method, key] : {std::pair{&ActorRolloutRefWorker::compute_log_prob, "old_log_probs"},
+                             std::pair{&ActorRolloutRefWorker::compute_ref_log_prob, "ref_log_prob"}}) {
+    CAPTURE(key);
+    const DataProto out32 = fp32.call(method, gen), out16 = bf16.call(method, gen);
+    const auto &a = out32.batch.at(key), &b = out16.batch.at(key);
+    CHECK(b.scalar_type() == at::kFloat);
+    CHECK_FALSE(torch::equal(a, b));  // bf16 really computes on one worker too
+    CHECK(torch::allclose(a, b, 0.05, 0.1));
+  }
+  const DataProto old = fp32.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  gen.union_with(old.select(std::vector<std::string>{"old_log_probs"}));
+  const auto before = digests(bf16);
+  const auto norms_fp32 = grad_norms(fp32.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen)));
+  const auto norms_bf16 = grad_norms(bf16.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen)));
+  REQUIRE(norms_bf16.size() == norms_fp32.size());
+  for (size_t i = 0; i < norms_fp32.size(); ++i) CHECK(norms_bf16[i] == Approx(norms_fp32[i]).epsilon(0.05));
+  CHECK(digests(bf16) != before);
+
+  // the critic's value head starts random: both critics load one saved critic (head included)
+  auto critic = [&](const Json& fsdp_config, const std::string& path) {
+    auto config = critic_config(4);
+    config["model"]["path"] = path;
+    config["model"]["fsdp_config"] = fsdp_config;
+    WorkerGroup wg(rt, ResourcePool({1}), WorkerSpec{"CriticWorker", {{"config", config}}});
+    wg.call(&CriticWorker::init_model);
+    return wg;
+  };
+  TempDir saved("critic_bf16");
+  critic(Json::object(), tiny_model_dir().string()).call(&CriticWorker::save_checkpoint, saved.path.string(),
+                                                           int64_t{1});
+  auto critic_fp32 = critic(Json::object(), saved.path.string());
+  auto critic_bf16 = critic(bf16_precision, saved.path.string());
+  const DataProto values32 = critic_fp32.call(&CriticWorker::compute_values, gen);
+  const DataProto values16 = critic_bf16.call(&CriticWorker::compute_values, gen);
+  const auto &v32 = values32.batch.at("values"), &v16 = values16.batch.at("values");
+  CHECK(v16.scalar_type() == at::kFloat);
+  CHECK_FALSE(torch::equal(v32, v16));
+  CHECK(torch::allclose(v32, v16, 0.05, 0.05));
+}
+
 TEST_CASE("on CPU workers param_offload and optimizer_offload are a no-op: a sharded actor trains as without") {
   Runtime rt;
   const auto base = actor_rollout_ref_config(4);
