@@ -241,6 +241,9 @@ TEST_CASE("bf16 compute on one worker (replicated engine): actor, reference and 
   REQUIRE(norms_bf16.size() == norms_fp32.size());
   for (size_t i = 0; i < norms_fp32.size(); ++i) CHECK(norms_bf16[i] == Approx(norms_fp32[i]).epsilon(0.05));
   CHECK(digests(bf16) != before);
+  // the rollout of the bf16 actor (the engine hands it the compute copies) still generates
+  const DataProto regen = bf16.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  CHECK(regen.batch.at("responses").sizes() == gen.batch.at("responses").sizes());
 
   // the critic's value head starts random: both critics load one saved critic (head included)
   auto critic = [&](const Json& fsdp_config, const std::string& path) {
