@@ -267,6 +267,30 @@ TEST_CASE("bf16 compute on one worker (replicated engine): actor, reference and 
   CHECK(torch::allclose(v32, v16, 0.05, 0.05));
 }
 
+TEST_CASE("one bf16 worker's checkpoint holds the fp32 masters and resumes them: the next update is identical") {
+  Runtime rt;
+  const auto config = with_fsdp(actor_rollout_ref_config(4), {{"mixed_precision", {{"param_dtype", "bf16"}}}});
+  auto one = actor_group(rt, 1, config);
+  const DataProto gen = one.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  one.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen));
+  TempDir dir("bf16_one_worker");
+  one.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  REQUIRE(parallel::is_sharded_checkpoint(dir.path));
+  bool beyond_bf16 = false;  // the masters, trained in fp32, are not all bf16 numbers
+  for (const auto& p : parallel::load_sharded_parameters(dir.path)) {
+    CHECK(p.tensor.scalar_type() == at::kFloat);
+    beyond_bf16 = beyond_bf16 || !torch::equal(p.tensor, p.tensor.to(at::kBFloat16).to(at::kFloat));
+  }
+  CHECK(beyond_bf16);
+  auto back = actor_group(rt, 1, config);
+  back.call(&ActorRolloutRefWorker::load_checkpoint, dir.path.string());
+  CHECK(digests(back) == digests(one));
+  const auto next = with_advantages(gen, 6);
+  CHECK(grad_norms(back.call(&ActorRolloutRefWorker::update_actor, next)) ==
+        grad_norms(one.call(&ActorRolloutRefWorker::update_actor, next)));
+  CHECK(digests(back) == digests(one));
+}
+
 TEST_CASE("on CPU workers param_offload and optimizer_offload are a no-op: a sharded actor trains as without") {
   Runtime rt;
   const auto base = actor_rollout_ref_config(4);
