@@ -265,6 +265,12 @@ TEST_CASE("bf16 compute on one worker (replicated engine): actor, reference and 
   CHECK(v16.scalar_type() == at::kFloat);
   CHECK_FALSE(torch::equal(v32, v16));
   CHECK(torch::allclose(v32, v16, 0.05, 0.05));
+  DataProto batch = gen;  // the bf16 critic's value loss (fp32 values) trains its fp32 masters
+  batch.union_with(values16);
+  batch.batch.set("returns", v16 + 0.5 * gen.batch.at("response_mask"));
+  critic_bf16.call(&CriticWorker::update_critic, batch);
+  const DataProto after = critic_bf16.call(&CriticWorker::compute_values, gen);
+  CHECK_FALSE(torch::equal(after.batch.at("values"), v16));
 }
 
 TEST_CASE("one bf16 worker's checkpoint holds the fp32 masters and resumes them: the next update is identical") {
