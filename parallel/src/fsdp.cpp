@@ -9,6 +9,7 @@
 #include <mutex>
 #include <regex>
 #include <set>
+#include <utility>
 
 namespace hyflow::parallel {
 
@@ -32,6 +33,12 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& key) {
   if (name == "fp16" || name == "float16" || name == "half") return at::kHalf;
   throw ValueError("config key '" + key + "' must be one of fp32, bf16, fp16 (or float32, bfloat16, float16), got '" +
                    name + "'");
+}
+
+void cast_buffers(torch::nn::Module& module, at::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : module.buffers())
+    if (at::isFloatingType(buffer.scalar_type())) buffer.set_data(buffer.to(dtype));
 }
 
 DeviceMesh make_device_mesh(const std::shared_ptr<ProcessGroup>& world, int64_t fsdp_size, const std::string& tag) {
@@ -134,6 +141,10 @@ struct Param {
   int head_uses = 0;          // head() calls of this forward whose backward has not run
   bool head_reduced = false;  // head() reduced this parameter's gradient in this backward
   bool frozen = false;        // no requires_grad (LoRA's base): never reduced, never stepped
+  // Low-precision compute: the float32 (rows, row_numel) sum of this parameter's gradients over
+  // the micro-batches without gradient sync, taken from param.grad() after each unit's backward
+  // (a bf16 param.grad() would round every addition); the synchronized backward reduces it.
+  at::Tensor accum;
   int64_t shard_numel() const { return rows_per_shard * row_numel; }
   size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
 };
@@ -197,6 +208,8 @@ struct FsdpModule::Impl {
   bool offloaded = false;         // the master shards (and gradients) are in host memory
 
   int S() const { return mesh.shard_size(); }
+  // Parameters compute in a dtype below float32: autograd forms their gradients in it.
+  bool low_precision() const { return options.mixed_precision.param_dtype != at::kFloat; }
 
   bool offload_moves() const { return options.param_offload && (device.is_cuda() || options.offload_cpu_copies); }
 
@@ -322,6 +335,7 @@ struct FsdpModule::Impl {
       bytes += p.shard.numel() * 4;
       if (p.shard.grad().defined()) bytes += p.shard.grad().numel() * 4;
       if (p.param.grad().defined()) bytes += p.param.grad().numel() * p.param.grad().element_size();
+      if (p.accum.defined()) bytes += p.accum.numel() * 4;
     }
     held_peak = std::max(held_peak, bytes);
   }
@@ -370,10 +384,39 @@ struct FsdpModule::Impl {
       p.head_reduced = false;
       if (taken) continue;
       which.push_back(i);
-      grads.push_back(p.param.grad());
+      grads.push_back(take_accumulated(p, p.param.grad()));
       p.param.mutable_grad().reset();
     }
     if (!which.empty()) start_reduce(std::move(which), std::move(grads));
+  }
+
+  // Adds gradient `g` (any dtype, the parameter's shape) to p.accum in float32.
+  static void accumulate(Param& p, const at::Tensor& g) {
+    torch::NoGradGuard no_grad;
+    auto g32 = g.reshape({p.rows, p.row_numel}).to(at::kFloat);
+    if (p.accum.defined()) {
+      p.accum.add_(g32);
+    } else {
+      p.accum = g32.is_same(g) ? g32.clone() : g32;
+    }
+  }
+
+  // `g` plus what earlier micro-batches accumulated (float32 then), emptying the accumulator.
+  static at::Tensor take_accumulated(Param& p, const at::Tensor& g) {
+    if (!p.accum.defined()) return g;
+    if (g.defined()) accumulate(p, g);
+    return std::exchange(p.accum, at::Tensor());
+  }
+
+  // Without gradient sync in low precision: the unit's gradients move into float32 accumulators.
+  void accumulate_unit(int ui) {
+    note_held();
+    for (size_t i : units[static_cast<size_t>(ui)].params) {
+      auto& p = params[i];
+      if (p.frozen || !p.param.grad().defined()) continue;
+      accumulate(p, p.param.grad());
+      p.param.mutable_grad().reset();
+    }
   }
 
   void wait_reduce(Reduction& reduction) {
@@ -400,7 +443,11 @@ struct FsdpModule::Impl {
     auto& u = units[static_cast<size_t>(ui)];
     if (!u.backward_pending) return;
     u.backward_pending = false;
-    if (sync) start_unit_reduce(ui);
+    if (sync) {
+      start_unit_reduce(ui);
+    } else if (low_precision()) {
+      accumulate_unit(ui);
+    }
     free_unit(ui);
   }
 
@@ -431,7 +478,9 @@ struct FsdpModule::Impl {
     note_held(grad_w.numel() * grad_w.element_size());
     if (sync) {
       p.head_reduced = true;
-      start_reduce({i}, {std::move(grad_w)});
+      start_reduce({i}, {take_accumulated(p, grad_w)});
+    } else if (low_precision()) {
+      accumulate(p, grad_w);
     } else if (p.param.grad().defined()) {
       p.param.mutable_grad().add_(grad_w);
     } else {
@@ -788,8 +837,10 @@ int64_t FsdpModule::sharded_bytes() const {
 
 int64_t FsdpModule::materialized_bytes() const {
   int64_t bytes = impl_->materialized;
-  for (const auto& p : impl_->params)
+  for (const auto& p : impl_->params) {
     if (p.param.grad().defined()) bytes += p.param.grad().numel() * p.param.grad().element_size();
+    if (p.accum.defined()) bytes += p.accum.numel() * 4;
+  }
   return bytes;
 }
 

@@ -614,12 +614,15 @@ void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
     return;
   }
 #endif
-  std::vector<at::Tensor> tensors{tensor.scalar_type() == at::kBool ? gloo_bits(tensor) : tensor};
+  const bool bf16 = tensor.scalar_type() == at::kBFloat16;  // gloo cannot reduce it: float32 on the wire
+  at::Tensor wire = bf16 ? tensor.to(at::kFloat) : tensor;
+  std::vector<at::Tensor> tensors{tensor.scalar_type() == at::kBool ? gloo_bits(wire) : wire};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(reduce_op_for(op, tensor.scalar_type(), "all_reduce on group '" + name() + "'"));
   impl_->throw_if_aborted("all_reduce");
   impl_->wait(impl_->group->allreduce(tensors, opts), "all_reduce");
-  if (op == ReduceOp::avg) tensor.div_(size());
+  if (op == ReduceOp::avg) wire.div_(size());
+  if (bf16) tensor.copy_(wire);
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {

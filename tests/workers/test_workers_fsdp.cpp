@@ -216,6 +216,87 @@ TEST_CASE("bf16 compute with fp32 master shards trains on 2 workers and stays cl
   CHECK(all_same(bf16.call(&ActorRolloutRefWorker::parameter_digest)));
 }
 
+TEST_CASE("bf16 compute on one worker (replicated engine): actor, reference and critic run in bf16, scores in fp32") {
+  Runtime rt;
+  hyflow::workers::register_workers();
+  const Json bf16_precision = {{"mixed_precision", {{"param_dtype", "bf16"}}}};
+  const auto base = actor_rollout_ref_config(4);
+  auto fp32 = actor_group(rt, 1, base);
+  auto bf16 = actor_group(rt, 1, with_fsdp(base, bf16_precision));
+  DataProto gen = fp32.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  for (auto [method, key] : {std::pair{&ActorRolloutRefWorker::compute_log_prob, "old_log_probs"},
+                             std::pair{&ActorRolloutRefWorker::compute_ref_log_prob, "ref_log_prob"}}) {
+    CAPTURE(key);
+    const DataProto out32 = fp32.call(method, gen), out16 = bf16.call(method, gen);
+    const auto &a = out32.batch.at(key), &b = out16.batch.at(key);
+    CHECK(b.scalar_type() == at::kFloat);
+    CHECK_FALSE(torch::equal(a, b));  // bf16 really computes on one worker too
+    CHECK(torch::allclose(a, b, 0.05, 0.1));
+  }
+  const DataProto old = fp32.call(&ActorRolloutRefWorker::compute_log_prob, gen);
+  gen.union_with(old.select(std::vector<std::string>{"old_log_probs"}));
+  const auto before = digests(bf16);
+  const auto norms_fp32 = grad_norms(fp32.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen)));
+  const auto norms_bf16 = grad_norms(bf16.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen)));
+  REQUIRE(norms_bf16.size() == norms_fp32.size());
+  for (size_t i = 0; i < norms_fp32.size(); ++i) CHECK(norms_bf16[i] == Approx(norms_fp32[i]).epsilon(0.05));
+  CHECK(digests(bf16) != before);
+  // the rollout of the bf16 actor (the engine hands it the compute copies) still generates
+  const DataProto regen = bf16.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  CHECK(regen.batch.at("responses").sizes() == gen.batch.at("responses").sizes());
+
+  // the critic's value head starts random: both critics load one saved critic (head included)
+  auto critic = [&](const Json& fsdp_config, const std::string& path) {
+    auto config = critic_config(4);
+    config["model"]["path"] = path;
+    config["model"]["fsdp_config"] = fsdp_config;
+    WorkerGroup wg(rt, ResourcePool({1}), WorkerSpec{"CriticWorker", {{"config", config}}});
+    wg.call(&CriticWorker::init_model);
+    return wg;
+  };
+  TempDir saved("critic_bf16");
+  critic(Json::object(), tiny_model_dir().string()).call(&CriticWorker::save_checkpoint, saved.path.string(),
+                                                           int64_t{1});
+  auto critic_fp32 = critic(Json::object(), saved.path.string());
+  auto critic_bf16 = critic(bf16_precision, saved.path.string());
+  const DataProto values32 = critic_fp32.call(&CriticWorker::compute_values, gen);
+  const DataProto values16 = critic_bf16.call(&CriticWorker::compute_values, gen);
+  const auto &v32 = values32.batch.at("values"), &v16 = values16.batch.at("values");
+  CHECK(v16.scalar_type() == at::kFloat);
+  CHECK_FALSE(torch::equal(v32, v16));
+  CHECK(torch::allclose(v32, v16, 0.05, 0.05));
+  DataProto batch = gen;  // the bf16 critic's value loss (fp32 values) trains its fp32 masters
+  batch.union_with(values16);
+  batch.batch.set("returns", v16 + 0.5 * gen.batch.at("response_mask"));
+  critic_bf16.call(&CriticWorker::update_critic, batch);
+  const DataProto after = critic_bf16.call(&CriticWorker::compute_values, gen);
+  CHECK_FALSE(torch::equal(after.batch.at("values"), v16));
+}
+
+TEST_CASE("one bf16 worker's checkpoint holds the fp32 masters and resumes them: the next update is identical") {
+  Runtime rt;
+  const auto config = with_fsdp(actor_rollout_ref_config(4), {{"mixed_precision", {{"param_dtype", "bf16"}}}});
+  auto one = actor_group(rt, 1, config);
+  const DataProto gen = one.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+  one.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen));
+  TempDir dir("bf16_one_worker");
+  one.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{1});
+  REQUIRE(parallel::is_sharded_checkpoint(dir.path));
+  bool beyond_bf16 = false;  // the masters, trained in fp32, are not all bf16 numbers
+  for (const auto& p : parallel::load_sharded_parameters(dir.path)) {
+    CHECK(p.tensor.scalar_type() == at::kFloat);
+    beyond_bf16 = beyond_bf16 || !torch::equal(p.tensor, p.tensor.to(at::kBFloat16).to(at::kFloat));
+  }
+  CHECK(beyond_bf16);
+  auto back = actor_group(rt, 1, config);
+  back.call(&ActorRolloutRefWorker::load_checkpoint, dir.path.string());
+  CHECK(digests(back) == digests(one));
+  const auto next = with_advantages(gen, 6);
+  CHECK(grad_norms(back.call(&ActorRolloutRefWorker::update_actor, next)) ==
+        grad_norms(one.call(&ActorRolloutRefWorker::update_actor, next)));
+  CHECK(digests(back) == digests(one));
+}
+
 TEST_CASE("on CPU workers param_offload and optimizer_offload are a no-op: a sharded actor trains as without") {
   Runtime rt;
   const auto base = actor_rollout_ref_config(4);

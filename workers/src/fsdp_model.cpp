@@ -28,16 +28,16 @@ std::shared_ptr<parallel::FsdpModule> shard_model(torch::nn::Module& model,
       parallel::note_offload_noop(std::string("fsdp_config.") + key);
     }
   };
-  if (!group) {
-    refuse_or_note();
-    return nullptr;
-  }
-  auto mesh = parallel::make_device_mesh(group, config.fsdp_size, tag);
+  // Precision first, so that a wrong value names its key on one rank too. Mixed precision needs
+  // the engine (it holds the float32 masters), also on a single rank: a replicated FsdpModule.
   const parallel::MixedPrecision precision{
       .param_dtype = parallel::parse_dtype(config.param_dtype, path + ".mixed_precision.param_dtype"),
       .reduce_dtype = parallel::parse_dtype(config.reduce_dtype, path + ".mixed_precision.reduce_dtype"),
       .buffer_dtype = parallel::parse_dtype(config.buffer_dtype, path + ".mixed_precision.buffer_dtype")};
-  if (mesh.shard_size() == 1 && precision.param_dtype == at::kFloat && precision.reduce_dtype == at::kFloat) {
+  parallel::cast_buffers(model, precision.buffer_dtype);
+  const bool full_precision = precision.param_dtype == at::kFloat && precision.reduce_dtype == at::kFloat;
+  auto mesh = group ? parallel::make_device_mesh(group, config.fsdp_size, tag) : parallel::DeviceMesh{};
+  if (mesh.shard_size() == 1 && full_precision) {
     refuse_or_note();
     return nullptr;
   }

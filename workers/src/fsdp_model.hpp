@@ -14,10 +14,12 @@
 
 namespace hyflow::workers::detail {
 
-/// The sharding engine of `model` for the role's fsdp config over `group`, or null when the
-/// mesh does not shard (one rank, or fsdp_size 1 with fp32: the replicated DDP path, bit-equal to
-/// it). `tag` names the role (sub-group keys); `path` the config section in errors. Every rank
-/// must call it (sub-groups rendezvous); the model's weights must already be equal on all ranks.
+/// The sharding engine of `model` for the role's fsdp config over `group` (null: one rank), or
+/// null when the mesh does not shard and the precision is fp32 (one rank, or fsdp_size 1: the
+/// replicated DDP path, bit-equal to it); mixed precision on one rank gets a replicated engine.
+/// Casts the model's floating-point buffers to mixed_precision.buffer_dtype. `tag` names the role
+/// (sub-group keys); `path` the config section in errors. Every rank must call it (sub-groups
+/// rendezvous); the model's weights must already be equal on all ranks.
 std::shared_ptr<parallel::FsdpModule> shard_model(torch::nn::Module& model,
                                                   const std::shared_ptr<parallel::ProcessGroup>& group,
                                                   const FsdpSection& config, const std::string& tag,

@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace hyflow::parallel {
 
 /// FULL_SHARD: shard parameters, gradients and optimizer state over all ranks; free a unit's
@@ -30,7 +34,9 @@ enum class ShardingStrategy { full_shard, shard_grad_op, no_shard, hybrid_shard 
 const char* to_string(ShardingStrategy strategy);
 
 /// verl's fsdp_config.mixed_precision: the dtype units compute in (gathered parameters), the
-/// dtype gradients are reduced in, and the dtype of buffers. Master shards stay float32.
+/// dtype gradients are reduced in, and the dtype of buffers. Master shards, their gradients and
+/// the optimizer state stay float32; gradients accumulated over micro-batches without gradient
+/// sync are summed in float32 (docs/parallel.md, "Precision").
 struct MixedPrecision {
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
@@ -40,6 +46,10 @@ struct MixedPrecision {
 /// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16" (verl's spellings); ValueError
 /// naming `key` otherwise.
 at::ScalarType parse_dtype(const std::string& name, const std::string& key);
+
+/// verl's mixed_precision.buffer_dtype: casts `module`'s floating-point buffers (never its
+/// parameters) to `dtype`; integer and bool buffers keep their dtype.
+void cast_buffers(torch::nn::Module& module, at::ScalarType dtype);
 
 /// The shard group and the replicate group of one rank: the 2-D mesh (replicate, shard) of
 /// verl's create_device_mesh. A null group stands for a group of one rank.
