@@ -157,8 +157,7 @@ ToolSchema calculator_schema() {
       .name = "calculator",
       .description = "Exact arithmetic: + - * / and parentheses on integers of any size.",
       .parameters = {{"type", "object"},
-                     {"properties",
-                      {{"expression", {{"type", "string"}, {"description", "e.g. (1234*5678)-9"}}}}},
+                     {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. (1234*5678)-9"}}}}},
                      {"required", {"expression"}}}};
 }
 

@@ -158,16 +158,17 @@ TEST_CASE("tool and interaction config errors name the file and the field", "[ag
   CHECK_THROWS_WITH(load_tool_config(no_list), Catch::Contains("'tools' list"));
   const auto no_class = write_file("noclass.yaml", "tools:\n  - tool_schema: {function: {name: a}}\n");
   CHECK_THROWS_WITH(load_tool_config(no_class), Catch::Contains("tools[0].class_name"));
-  const auto unknown = write_file("unknown.yaml", "tools:\n  - {class_name: my.Tool, tool_schema: {function: {name: a}}}\n");
+  const auto unknown =
+      write_file("unknown.yaml", "tools:\n  - {class_name: my.Tool, tool_schema: {function: {name: a}}}\n");
   CHECK_THROWS_AS(load_tool_config(unknown), KeyError);
   CHECK_THROWS_WITH(load_tool_config(unknown), Catch::Contains("tools[0].class_name") && Catch::Contains("my.Tool"));
-  const auto schema = write_file("schema.yaml",
-                                 "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {}}}\n");
+  const auto schema = write_file(
+      "schema.yaml", "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {}}}\n");
   CHECK_THROWS_WITH(load_tool_config(schema), Catch::Contains("tools[0].tool_schema.function"));
-  const auto twice = write_file(
-      "twice.yaml",
-      "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n"
-      "  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n");
+  const auto twice =
+      write_file("twice.yaml",
+                 "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n"
+                 "  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n");
   CHECK_THROWS_WITH(load_tool_config(twice), Catch::Contains("tools[1]") && Catch::Contains("second tool named 'c'"));
 
   register_interaction("test.Echo", [](const std::string& name, const Json& config) {

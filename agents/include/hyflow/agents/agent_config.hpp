@@ -37,7 +37,7 @@ struct MultiTurnConfig {
 
 /// actor_rollout_ref.rollout.agent.
 struct AgentConfig {
-  int64_t num_workers = 8;  ///< samples run at once per worker (threads)
+  int64_t num_workers = 8;                               ///< samples run at once per worker (threads)
   std::string default_agent_loop = "single_turn_agent";  ///< when a row has no agent_name
 };
 
