@@ -150,6 +150,12 @@ TEST_CASE("verl's tool config file builds the tools by class name", "[agents]") 
         ToolStatus::error);
 }
 
+TEST_CASE("the repository's calculator tool config loads", "[agents]") {
+  auto tools = load_tool_config(std::string(HYFLOW_SOURCE_DIR) + "/config/tools/calculator.yaml");
+  REQUIRE(tools.count("calculator") == 1);
+  CHECK(tools.at("calculator")->execute("i", {{"expression", "(1234*5678)-9"}}).text == "7006643");
+}
+
 TEST_CASE("tool and interaction config errors name the file and the field", "[agents]") {
   CHECK_THROWS_WITH(load_tool_config("/nonexistent/tools.yaml"), Catch::Contains("/nonexistent/tools.yaml"));
   const auto bad_yaml = write_file("bad.yaml", "tools: [\n  - {class_name: x\n");
