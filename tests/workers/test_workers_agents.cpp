@@ -128,13 +128,18 @@ TEST_CASE("multi_turn.enable: generate_sequences runs agent loops and masks the 
   CHECK(torch::equal(old.masked_select(mask.eq(1)), lp.masked_select(mask.eq(1))));
 }
 
-TEST_CASE("multi_turn config errors surface at init_model naming the key") {
+TEST_CASE("multi_turn config errors surface when the worker is built, naming the key") {
   workers::register_workers();
   Runtime rt;
   Json config = agent_config();
   config["rollout"]["multi_turn"]["max_turns"] = 3;
+  CHECK_THROWS_WITH(WorkerGroup(rt, ResourcePool({1}),
+                                WorkerSpec{"ActorRolloutRefWorker", {{"config", config}, {"role", "actor_rollout"}}}),
+                    Catch::Contains("actor_rollout_ref.rollout.multi_turn.max_turns"));
+  config = agent_config();
+  config["rollout"]["multi_turn"]["tool_response_truncate_side"] = "up";  // a value only the agents module checks
   WorkerGroup wg(rt, ResourcePool({1}),
                  WorkerSpec{"ActorRolloutRefWorker", {{"config", config}, {"role", "actor_rollout"}}});
   CHECK_THROWS_WITH(wg.call(&ActorRolloutRefWorker::init_model),
-                    Catch::Contains("actor_rollout_ref.rollout.multi_turn.max_turns"));
+                    Catch::Contains("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side"));
 }
