@@ -65,7 +65,7 @@ void append_sampled(AgentLoopOutput& out, const TokenResult& r) {
 }
 
 TokenResult sample_turn(const AgentLoopContext& c, const std::vector<int64_t>& conversation, int64_t budget,
-                        uint64_t seed, AgentLoopOutput& out) {
+                        std::optional<uint64_t> seed, AgentLoopOutput& out) {
   const auto start = Clock::now();
   TokenResult r =
       c.generator->generate({.prompt = conversation, .max_tokens = budget, .sampling = c.sampling, .seed = seed});
@@ -229,7 +229,8 @@ class ToolAgentLoop final : public AgentLoop {
         out.metrics["cut_by_length"] = true;
         return;
       }
-      const TokenResult r = sample_turn(c, conversation, budget, sample.seed + turn, out);
+      const TokenResult r =
+          sample_turn(c, conversation, budget, sample.seed ? std::optional(*sample.seed + turn) : std::nullopt, out);
       conversation.insert(conversation.end(), r.ids.begin(), r.ids.end());
       const int64_t assistant_turns = out.metrics["assistant_turns"].get<int64_t>() + 1;
       out.metrics["assistant_turns"] = assistant_turns;

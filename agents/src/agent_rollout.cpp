@@ -70,7 +70,6 @@ DataProto AgentRollout::generate(models::CausalLM model, const DataProto& prompt
     if (tools_kwargs && tools_kwargs->at(k).is_object()) s.tools_kwargs = tools_kwargs->at(k);
     if (interaction_kwargs && interaction_kwargs->at(k).is_object()) s.interaction_kwargs = interaction_kwargs->at(k);
     s.instance_id = "row" + std::to_string(i);
-    s.seed = options.seed + static_cast<uint64_t>(i) * 1000003ULL;
   }
 
   serve::EngineLoopOptions loop_options;
@@ -104,6 +103,12 @@ DataProto AgentRollout::generate(models::CausalLM model, const DataProto& prompt
                                          : TokenSampling{.greedy = true};
     try {
       outputs = run_agent_loops(samples, context, agent_.default_agent_loop, agent_.num_workers);
+      const serve::EngineLoopStats st = loop.stats();
+      last_stats_ = {{"runs", st.runs},
+                     {"admitted", st.admitted},
+                     {"joined_mid_run", st.joined_mid_run},
+                     {"tokens", st.tokens},
+                     {"peak_running", st.peak_running}};
     } catch (const ValueError& e) {
       if (std::string(e.what()).find("more than the prompt length") == std::string::npos) throw;
       throw ValueError(std::string(e.what()) + " (actor_rollout_ref.rollout." +

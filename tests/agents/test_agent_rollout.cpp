@@ -70,6 +70,7 @@ class WaitingAgentLoop final : public AgentLoop {
     std::mutex mu;
     std::condition_variable cv;
     int finished = 0;
+    int ready = 0;
     bool waited_out = false;
   };
   WaitingAgentLoop(const AgentLoopContext& c, Gate& gate, int others) : AgentLoop(c), gate_(gate), others_(others) {}
@@ -77,6 +78,11 @@ class WaitingAgentLoop final : public AgentLoop {
     if (sample.instance_id == "row0") {
       std::unique_lock lock(gate_.mu);
       gate_.waited_out = !gate_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate_.finished == others_; });
+    } else {  // the others start together, so their requests overlap on the engine
+      std::unique_lock lock(gate_.mu);
+      ++gate_.ready;
+      gate_.cv.notify_all();
+      gate_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate_.ready == others_; });
     }
     AgentLoopOutput out;
     out.prompt_ids = prompt_ids(sample);
@@ -136,8 +142,11 @@ TEST_CASE("the agent rollout runs rows through their loops on one engine loop", 
   CHECK(out.meta_info["validate"] == false);
   const Json m = agent_batch_metrics(out);
   CHECK(m["num_turns/min"].get<int64_t>() >= 2);
-  // the same seeds give the same tokens
-  CHECK(torch::equal(agents.generate(model, prompts, options_of(24)).batch.at("responses"), b.at("responses")));
+  // greedy rollouts are reproducible
+  auto greedy = options_of(24);
+  greedy.do_sample = false;
+  const at::Tensor first = agents.generate(model, prompts, greedy).batch.at("responses");
+  CHECK(torch::equal(agents.generate(model, prompts, greedy).batch.at("responses"), first));
 
   DataProto no_raw(prompts.batch, {}, Json::object());
   CHECK_THROWS_WITH(agents.generate(model, no_raw, options_of(8)), Catch::Contains("raw_prompt"));
@@ -153,8 +162,12 @@ TEST_CASE("a sample that waits does not stall the others on the engine", "[agent
                       [&gate](const AgentLoopContext& c) { return std::make_unique<WaitingAgentLoop>(c, gate, 3); });
   AgentRollout agents(
       {{"agent", {{"num_workers", 4}, {"default_agent_loop", "test_waiting_agent"}}}, {"prompt_length", 256}}, tok);
-  const DataProto out = agents.generate(model, prompts_of(*tok, {"a", "b", "c", "d"}, 40), options_of(8));
+  const DataProto out = agents.generate(model, prompts_of(*tok, {"a", "b", "c", "d"}, 40), options_of(32));
   CHECK_FALSE(gate.waited_out);
   CHECK(gate.finished == 3);
+  // sampled requests without seeds of their own share the engine's batch
+  const Json stats = agents.last_engine_stats();
+  CHECK(stats["admitted"] == 4);
+  CHECK(stats["peak_running"].get<int64_t>() >= 2);
   CHECK(out.batch.at("response_mask").sum(1).gt(0).all().item<bool>());
 }

@@ -46,7 +46,7 @@ class TwoTurnAgent final : public agents::AgentLoop {
     agents::AgentLoopOutput out;
     out.prompt_ids = prompt_ids(s);
     std::vector<int64_t> conversation = out.prompt_ids;
-    auto turn = [&](int64_t max_tokens, uint64_t seed) {
+    auto turn = [&](int64_t max_tokens, std::optional<uint64_t> seed) {
       auto r = c.generator->generate(
           {.prompt = conversation, .max_tokens = max_tokens, .sampling = c.sampling, .seed = seed});
       out.response_ids.insert(out.response_ids.end(), r.ids.begin(), r.ids.end());
@@ -60,7 +60,7 @@ class TwoTurnAgent final : public agents::AgentLoop {
     out.response_mask.insert(out.response_mask.end(), tool.size(), 0);
     out.response_log_probs.insert(out.response_log_probs.end(), tool.size(), 0.0F);
     conversation.insert(conversation.end(), tool.begin(), tool.end());
-    turn(4, s.seed + 1);
+    turn(4, s.seed ? std::optional(*s.seed + 1) : std::nullopt);
     out.num_turns = 4;
     out.metrics = {{"tool_calls", 1}, {"tool_calls_ok", 1}};
     return out;

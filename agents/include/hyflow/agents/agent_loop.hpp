@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ struct AgentSample {
   /// {"name": <interaction name>, ...}: what the interaction's start() gets (verl's interaction_kwargs).
   nlohmann::json interaction_kwargs = nlohmann::json::object();
   std::string instance_id;  ///< unique among the samples run at once (tool and interaction instances)
-  uint64_t seed = 0;        ///< turn t samples with seed + t
+  /// Set: turn t samples with seed + t (reproducible alone). Unset: the generator's own stream; on an
+  /// EngineLoop such requests share the batch (requests with different seeds cannot).
+  std::optional<uint64_t> seed;
 };
 
 /// What one sample produced.

@@ -36,10 +36,15 @@ class AgentRollout {
   /// or a list of {"role", "content"}), optional columns agent_name, tools_kwargs and
   /// interaction_kwargs (verl's). The loops render the prompts themselves (chat template and
   /// tools), so the batch's P is the section's prompt_length (verl's rollout.prompt_length;
-  /// unset: the rows' width) and R = options.max_new_tokens, sampled as `options` say (row i with seed options.seed + i
-  /// * 1000003), the rows' non-tensor columns and meta_info carried over. ValueError naming the row or the missing
-  /// column.
+  /// unset: the rows' width) and R = options.max_new_tokens, sampled as `options` say, the rows'
+  /// non-tensor columns and meta_info carried over. The rows' requests carry no seed of their own
+  /// (the engine loop's is options.seed), so they share the engine's batch; which row draws which
+  /// random stream follows their arrival, so sampled rollouts are not reproducible run to run
+  /// (greedy ones are). ValueError naming the row or the missing column.
   DataProto generate(models::CausalLM model, const DataProto& prompts, const inference::GenerationOptions& options);
+
+  /// The engine loop's figures of the last generate: runs, admitted, joined_mid_run, tokens, peak_running.
+  nlohmann::json last_engine_stats() const { return last_stats_; }
 
  private:
   MultiTurnConfig multi_turn_;
@@ -49,6 +54,7 @@ class AgentRollout {
   std::optional<int64_t> prompt_length_;
   std::map<std::string, std::shared_ptr<Tool>> tools_;
   std::map<std::string, std::shared_ptr<Interaction>> interactions_;
+  nlohmann::json last_stats_ = nlohmann::json::object();
 };
 
 /// Copies the columns agent loops read (raw_prompt, agent_name, tools_kwargs, interaction_kwargs:
