@@ -115,7 +115,7 @@ TEST_CASE("the agent rollout runs rows through their loops on one engine loop", 
   auto model = tiny_model(tok->vocab_size());
   const testing::TempDir dir("agent_rollout");
   const auto tools = (dir.path / "tools.yaml").string();
-  std::ofstream(tools) << "tools:\n  - class_name: hyflow.agents.CalculatorTool\n"
+  std::ofstream(tools) << "tools:\n  - class_name: hyflow.tools.CalculatorTool\n"
                           "    tool_schema: {type: function, function: {name: calculator, description: math}}\n";
   Json rollout = {{"multi_turn", {{"enable", true}, {"tool_config_path", tools}, {"max_assistant_turns", 2}}},
                   {"agent", {{"num_workers", 4}}},

@@ -20,7 +20,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 }
 
 const char* kCalculatorYaml = R"(tools:
-  - class_name: hyflow.agents.CalculatorTool
+  - class_name: hyflow.tools.CalculatorTool
     config:
       type: native
       max_result_digits: 50
@@ -169,12 +169,12 @@ TEST_CASE("tool and interaction config errors name the file and the field", "[ag
   CHECK_THROWS_AS(load_tool_config(unknown), KeyError);
   CHECK_THROWS_WITH(load_tool_config(unknown), Catch::Contains("tools[0].class_name") && Catch::Contains("my.Tool"));
   const auto schema = write_file(
-      "schema.yaml", "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {}}}\n");
+      "schema.yaml", "tools:\n  - {class_name: hyflow.tools.CalculatorTool, tool_schema: {function: {}}}\n");
   CHECK_THROWS_WITH(load_tool_config(schema), Catch::Contains("tools[0].tool_schema.function"));
   const auto twice =
       write_file("twice.yaml",
-                 "tools:\n  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n"
-                 "  - {class_name: hyflow.agents.CalculatorTool, tool_schema: {function: {name: c}}}\n");
+                 "tools:\n  - {class_name: hyflow.tools.CalculatorTool, tool_schema: {function: {name: c}}}\n"
+                 "  - {class_name: hyflow.tools.CalculatorTool, tool_schema: {function: {name: c}}}\n");
   CHECK_THROWS_WITH(load_tool_config(twice), Catch::Contains("tools[1]") && Catch::Contains("second tool named 'c'"));
 
   register_interaction("test.Echo", [](const std::string& name, const Json& config) {

@@ -1,5 +1,5 @@
 #pragma once
-// The built-in exact calculator tool (class name "hyflow.agents.CalculatorTool"): + - * / and
+// The built-in exact calculator tool (class name "hyflow.tools.CalculatorTool"): + - * / and
 // parentheses, unary minus, on integers of any size, evaluated as exact rationals. The answer
 // is an integer when the value is whole, else a reduced fraction "p/q" (10/4 -> "5/2"). A bad
 // expression or a division by zero is a ToolStatus::error whose text tells the model what was
@@ -13,7 +13,7 @@
 namespace hyflow::agents {
 
 /// The registered class name.
-inline constexpr const char* kCalculatorToolClass = "hyflow.agents.CalculatorTool";
+inline constexpr const char* kCalculatorToolClass = "hyflow.tools.CalculatorTool";
 
 /// Limits of one evaluation (a tool config's `config` keys of the same names).
 struct CalculatorLimits {
