@@ -11,7 +11,8 @@ packages=(
   libcereal-dev           # DataProto wire format
   catch2                  # test framework (v2)
   libboost-program-options-dev
-  libyaml-cpp-dev         # Hydra/YAML list values of config overrides (['console','jsonl'])
+  libboost-dev            # Boost.Multiprecision: exact rationals of the agents' calculator tool
+  libyaml-cpp-dev         # YAML: config override lists (['console','jsonl']), verl's tool/interaction files
   zlib1g-dev libsnappy-dev libzstd-dev  # GZIP, SNAPPY and ZSTD pages of Parquet datasets (trainer/src/parquet.cpp)
   nlohmann-json3-dev
   libicu-dev              # Unicode normalization (NFC, NFKC, ...) of the BPE tokenizer

@@ -102,6 +102,17 @@ TEST_CASE("a garbage tokenizer_config.json is a FormatError naming the file, not
   CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("JSON object"));
   std::ofstream(file, std::ios::trunc) << "{\"tokenizer_class\": 7}";
   CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("tokenizer_class"));
+  // chat special tokens of the char tokenizer (agent loops need the template's end of turn as eos)
+  std::ofstream(file, std::ios::trunc) << R"({"tokenizer_class": "hyflow-char", "eos_token": "<|im_end|>",
+      "special_tokens": ["<pad>", "<|im_start|>", "<|im_end|>"]})";
+  const auto chat = load_tokenizer(dir.string());
+  CHECK(chat->eos_token_id() == 2);
+  const std::vector<int64_t> ids = {1, *chat->token_to_id("a"), *chat->token_to_id("b"), 2};
+  CHECK(chat->encode("<|im_start|>ab<|im_end|>") == ids);
+  std::ofstream(file, std::ios::trunc) << R"({"tokenizer_class": "hyflow-char", "special_tokens": "<pad>"})";
+  CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("special_tokens"));
+  std::ofstream(file, std::ios::trunc) << R"({"tokenizer_class": "hyflow-char", "eos_token": 2})";
+  CHECK_THROWS_WITH(load_tokenizer(dir.string()), Catch::Contains(file) && Catch::Contains("eos_token"));
   std::ofstream(file, std::ios::trunc) << "{\"tokenizer_class\": \"hyflow-char\"}";
   const auto tokenizer = load_tokenizer(dir.string());
   CHECK(tokenizer->vocab_size() > 0);

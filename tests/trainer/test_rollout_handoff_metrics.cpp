@@ -51,6 +51,13 @@ TEST_CASE("rollout_probs_diff: verl's |exp(rollout) - exp(actor)| over response 
   CHECK(same.at("training/rollout_probs_diff_std").get<double>() == 0.0);
 
   CHECK_THROWS_AS(rollout_probs_diff_metrics(diff_batch(rollout, actor.narrow(1, 0, 2))), ShapeError);
+
+  // multi-turn: a tool turn's ids (response_mask 0) carry no rollout log-prob and stay out
+  DataProto turns = diff_batch(rollout, actor);
+  turns.batch.set("response_mask", torch::tensor({{1, 1, 1}, {1, 0, 0}}, torch::kLong));
+  const auto t = rollout_probs_diff_metrics(turns);
+  CHECK(t.at("training/rollout_probs_diff_max").get<double>() == Approx(0.1).epsilon(1e-5));
+  CHECK(t.at("training/rollout_probs_diff_mean").get<double>() == Approx(0.025).epsilon(1e-5));
 }
 
 TEST_CASE("colocated GRPO steps report timing_s/reshard, the handoff's peak bytes and rollout_probs_diff exactly 0") {

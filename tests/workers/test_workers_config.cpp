@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+
 using namespace hyflow;
 using namespace hyflow::workers;
 using workers_test::actor_rollout_ref_config;
@@ -335,4 +337,25 @@ TEST_CASE("LoRA keys: verl's lora_rank, lora_alpha, target_modules (string or li
   CHECK(parse_critic_config(critic).model.lora.rank == 4);
   critic["model"]["lora_alpha"] = 0;
   CHECK_THAT(error_of([&] { parse_critic_config(critic); }), Catch::Contains("critic.model.lora_alpha"));
+}
+
+TEST_CASE("verl's multi_turn and agent keys are in the key table and type-checked") {
+  std::map<std::string, ConfigKey> keys;
+  for (auto& k : worker_config_keys()) keys.emplace(k.name, k);
+  const std::string mt = "actor_rollout_ref.rollout.multi_turn.";
+  for (const char* key : {"enable", "max_assistant_turns", "max_user_turns", "max_parallel_calls",
+                          "max_tool_response_length", "tool_response_truncate_side", "tool_config_path",
+                          "interaction_config_path", "format"})
+    CHECK(keys.count(mt + key) == 1);
+  CHECK(keys.at(mt + "enable").default_value == false);
+  CHECK(keys.at(mt + "max_parallel_calls").default_value == 1);
+  CHECK(keys.at(mt + "max_assistant_turns").nullable);
+  CHECK(keys.count("actor_rollout_ref.rollout.agent.num_workers") == 1);
+  auto cfg = actor_rollout_ref_config();
+  cfg["rollout"]["multi_turn"] = {{"enable", true}, {"max_turns", 3}};
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(cfg); }),
+             Catch::Contains("actor_rollout_ref.rollout.multi_turn.max_turns"));
+  cfg["rollout"]["multi_turn"] = {{"max_parallel_calls", "two"}};
+  CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(cfg); }),
+             Catch::Contains("actor_rollout_ref.rollout.multi_turn.max_parallel_calls"));
 }

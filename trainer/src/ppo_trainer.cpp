@@ -5,6 +5,7 @@
 // (trainer_checkpoint.cpp), the run folder's record (run_folder.cpp) and the trackers
 // (hyflow/tracking).
 #include <hyflow/actors/call_trace.hpp>
+#include <hyflow/agents/agent_rollout.hpp>
 #include <hyflow/algos/core_algos.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/algos/rollout_correction.hpp>
@@ -44,6 +45,7 @@ struct PPOTrainer::Impl {
   Json config_tree;  // the resolved config, as trackers log it
   PPOConfig cfg;
   int64_t n = 1, world = 1, total_steps = 0;
+  bool multi_turn = false;  // actor_rollout_ref.rollout.multi_turn.enable: the rollout runs agent loops
   algos::core_algos::AlgoConfig algo;
   std::unique_ptr<algos::core_algos::KLController> kl_ctrl;
   rc::RolloutCorrection correction;  // algorithm.rollout_correction
@@ -80,7 +82,8 @@ struct PPOTrainer::Impl {
                            {.n = val_kwargs.value("n", int64_t{1}),
                             .do_sample = val_kwargs.value("do_sample", false),
                             .batch_size = cfg.data.val_batch_size,
-                            .world = world});
+                            .world = world,
+                            .multi_turn = multi_turn});
   }
   void save_checkpoint(int64_t global_step);
   int64_t load_checkpoint();
@@ -90,6 +93,7 @@ void PPOTrainer::Impl::setup() {
   const auto& d = cfg.data;
   n = cfg.rollout_n();
   world = cfg.trainer.world_size();
+  multi_turn = agents::parse_multi_turn_config(cfg.actor_rollout_ref.at("rollout")).enable;
   const auto& a = cfg.algorithm;
   algo = {.gamma = a.gamma,
           .lam = a.lam,
@@ -164,7 +168,10 @@ std::pair<DataProto, DataProto> PPOTrainer::Impl::prepare_generation(const std::
   dataproto::Column uid;
   for (size_t i = 0; i < indices.size(); ++i) uid.emplace_back(uid_prefix + std::to_string(i));
   batch.non_tensor_batch["uid"] = std::move(uid);
-  DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"}).repeat(n, /*interleave=*/true);
+  DataProto gen_batch = batch.pop({"input_ids", "attention_mask", "position_ids"});
+  // Agent loops render the conversation themselves (verl hands them the raw chat and the row's kwargs)
+  if (multi_turn) agents::copy_agent_columns(batch, gen_batch);
+  gen_batch = gen_batch.repeat(n, /*interleave=*/true);
   return {std::move(batch), std::move(gen_batch)};
 }
 
@@ -191,6 +198,7 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
   }
   actors::TraceSpan repeat_span("phase", "repeat_batch");
   record_rollout_handoff(gen_out.meta_info, m);
+  if (multi_turn) m.update(agents::agent_batch_metrics(gen_out));
   batch = batch.repeat(n, /*interleave=*/true);
   repeat_span.end();
   std::optional<at::Tensor> reward_baselines;

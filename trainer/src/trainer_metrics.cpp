@@ -21,7 +21,10 @@ nlohmann::json rollout_probs_diff_metrics(const DataProto& batch) {
     throw ShapeError("rollout_probs_diff: rollout_log_probs " + c10::str(rollout.sizes()) + " vs old_log_probs " +
                      c10::str(actor.sizes()));
   const int64_t R = batch.batch.at("responses").size(1);
-  const auto mask = batch.batch.at("attention_mask").narrow(1, -R, R).to(torch::kBool);
+  // the model's own tokens (verl's response_mask): tool and user turns of agent loops have no rollout log-prob
+  const auto mask = (batch.batch.contains("response_mask") ? batch.batch.at("response_mask")
+                                                           : batch.batch.at("attention_mask").narrow(1, -R, R))
+                        .to(torch::kBool);
   const auto diff = torch::abs(torch::exp(rollout) - torch::exp(actor)).masked_select(mask);
   nlohmann::json m = nlohmann::json::object();
   if (diff.numel() == 0) return m;

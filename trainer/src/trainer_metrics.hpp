@@ -37,7 +37,8 @@ class Timer {
 /// attention workload (24576·s + s², s = valid tokens); logs global_seqlen/*.
 void balance_batch(DataProto& batch, int64_t world, nlohmann::json& metrics);
 /// verl's training/rollout_probs_diff_{max,mean,std}: |exp(rollout_log_probs) - exp(old_log_probs)|
-/// over the response tokens (attention_mask's last R columns); std is the unbiased one (torch.std).
+/// over the model's response tokens (response_mask; without one, attention_mask's last R columns); std is the
+/// unbiased one (torch.std).
 /// Empty when the batch has no response token.
 nlohmann::json rollout_probs_diff_metrics(const DataProto& batch);
 /// The colocated rollout's weight handoff, from generate_sequences' meta_info: timing["reshard"]

@@ -1,5 +1,6 @@
 #include "validation.hpp"
 
+#include <hyflow/agents/agent_rollout.hpp>
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/workers/actor_rollout_ref_worker.hpp>
 
@@ -24,6 +25,7 @@ nlohmann::json validate_policy(WorkerGroup& actor, const RLDataset& data, const 
     test.non_tensor_batch["uid"] = std::move(uid);
     test = test.repeat(options.n, true);
     DataProto gen = test.pop({"input_ids", "attention_mask", "position_ids"});
+    if (options.multi_turn) agents::copy_agent_columns(test, gen);
     gen.meta_info["validate"] = true;
     gen.meta_info["do_sample"] = options.do_sample;
     auto [padded, pad] = pad_dataproto_to_divisor(gen, options.world);

@@ -18,6 +18,7 @@ struct ValidationOptions {
   bool do_sample = false;             ///< rollout.val_kwargs.do_sample
   std::optional<int64_t> batch_size;  ///< data.val_batch_size (unset: the whole set at once)
   int64_t world = 1;                  ///< the actor group's ranks (batches are padded to it)
+  bool multi_turn = false;            ///< rollout.multi_turn.enable: the prompts carry the agent columns
 };
 
 /// Generates on `actor` (ActorRolloutRefWorker::generate_sequences with meta_info validate) for

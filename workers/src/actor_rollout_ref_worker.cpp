@@ -5,6 +5,7 @@
 #include "worker_common.hpp"
 
 #include <hyflow/actors/call_trace.hpp>
+#include <hyflow/agents/agent_rollout.hpp>
 #include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/response_scores.hpp>
@@ -12,6 +13,7 @@
 #include <hyflow/parallel/process_group.hpp>
 #include <hyflow/parallel/sharded_optimizer.hpp>
 #include <hyflow/rollout/rollout_registry.hpp>
+#include <hyflow/tokenizers/tokenizer_dir.hpp>
 #include <hyflow/workers/micro_batches.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -98,6 +100,8 @@ void ActorRolloutRefWorker::init_model() {
                                                                    .config = rollout_json_,
                                                                    .rank = rank(),
                                                                    .world_size = world_size()});
+    if (agents::parse_multi_turn_config(rollout_json_).enable)
+      agents_ = std::make_unique<agents::AgentRollout>(rollout_json_, tokenizers::read_tokenizer_dir(path.string()));
   }
 }
 
@@ -167,7 +171,12 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
   // counter of the parameters: every layer is re-merged then)
   if (merged_) merged_->refresh(/*force=*/policy_fsdp_ != nullptr);
   DataProto out;
-  if (has_rows) out = rollout_->generate_sequences(input, options);
+  if (has_rows && agents_) {
+    out = agents_->generate(merged_ ? merged_->model() : policy_, input, options);
+    out.batch.pop("rollout_log_probs");  // the engine's; the worker scores its own (generate_sequences)
+  } else if (has_rows) {
+    out = rollout_->generate_sequences(input, options);
+  }
   // verl's free_cache_engine: the KV pool goes before training (the sharding manager's exit).
   if (config_.rollout.free_cache_engine) rollout_->free_cache_engine();
   if (policy_fsdp_) {

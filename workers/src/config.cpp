@@ -1,5 +1,6 @@
 #include <hyflow/workers/config.hpp>
 
+#include <hyflow/agents/agent_config.hpp>
 #include <hyflow/core/config_section.hpp>
 
 #include <hyflow/parallel/fsdp.hpp>
@@ -313,6 +314,41 @@ void read_val_kwargs(Section s, ValKwargs& v) {
   check_positive(v.n, s.key_path("n"));
 }
 
+// verl's multi_turn.* and agent.* keys, declared for the key table (INI files and the command line
+// take them) and type-checked; the agents module reads them from the rollout section it is given
+// (agents::parse_multi_turn_config, docs/agents.md).
+void read_agent_keys(Section& s) {
+  Section m = s.sub("multi_turn");
+  agents::MultiTurnConfig t;
+  m.read("enable", t.enable, {.help = "run the rollout's rows through agent loops (docs/agents.md)"});
+  m.read("max_assistant_turns", t.max_assistant_turns,
+         {.help = "model turns per sample (null: no limit)", .minimum = 0});
+  m.read("max_user_turns", t.max_user_turns,
+         {.help = "tool and interaction turns per sample (null: no limit)", .minimum = 0});
+  m.read("max_parallel_calls", t.max_parallel_calls, {.help = "tool calls run per model turn", .minimum = 1});
+  m.read("max_tool_response_length", t.max_tool_response_length,
+         {.help = "characters of one tool response", .minimum = 1});
+  std::string side = "middle";
+  m.read("tool_response_truncate_side", side, {.help = "left | right | middle"});
+  m.read("tool_plugins", t.tool_plugins,
+         {.help = "shared libraries registering tool classes, loaded before tool_config_path"});
+  m.read("tool_config_path", t.tool_config_path, {.help = "verl's tool config YAML (empty: no tools)"});
+  m.read("interaction_config_path", t.interaction_config_path,
+         {.help = "verl's interaction config YAML (empty: none)"});
+  m.read("format", t.format, {.help = "tool-call format of the model (hermes)"});
+  m.accept("use_inference_chat_template", false, "accepted for verl compatibility");
+  m.accept<std::string>("tokenization_sanity_check_mode", "strict", "accepted for verl compatibility");
+  m.finish();
+  Section a = s.sub("agent");
+  agents::AgentConfig g;
+  a.read("num_workers", g.num_workers, {.help = "agent-loop samples run at once per rollout rank", .minimum = 1});
+  a.read("default_agent_loop", g.default_agent_loop,
+         {.help = "the loop of rows without agent_name (null: tool_agent with multi_turn.enable, else "
+                  "single_turn_agent)",
+          .null_default = true});
+  a.finish();
+}
+
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   s.read("name", r.name, {.help = "rollout backend (built in: hf, the decode engine; docs/rollout.md)"});
   if (!s.describing() && !rollout::has_rollout_backend(r.name))
@@ -339,6 +375,7 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   s.read("kv_cache_bytes", r.kv_cache_bytes,
          {.help = "hyflow: most bytes of the KV pool, any device (null: no cap)", .minimum = 1});
   read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
+  read_agent_keys(s);
   r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
   read_forward(s, r.log_prob, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
@@ -360,8 +397,6 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
             "enable_prefix_caching",
             "disable_log_stats",
             "log_prob_micro_batch_size",
-            "multi_turn",
-            "agent",
             "engine_kwargs",
             "trace",
             "profiler",

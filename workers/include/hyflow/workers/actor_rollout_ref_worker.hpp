@@ -22,6 +22,10 @@ namespace hyflow::rollout {
 class RolloutBackend;
 }  // namespace hyflow::rollout
 
+namespace hyflow::agents {
+class AgentRollout;
+}  // namespace hyflow::agents
+
 namespace hyflow::parallel {
 class FsdpModule;
 class Optimizer;
@@ -162,6 +166,9 @@ class ActorRolloutRefWorker : public Worker {
   /// role and kept across rollouts (the built-in engine keeps its KV pool, scratch and, for a
   /// replicated policy, its packed weights).
   std::unique_ptr<rollout::RolloutBackend> rollout_;
+  /// Set when rollout.multi_turn.enable: the rows run through agent loops (docs/agents.md)
+  /// on an engine loop over the served policy instead of the backend.
+  std::unique_ptr<agents::AgentRollout> agents_;
   Json rollout_json_;  ///< the rollout section as received: the backend's context
 };
 
