@@ -198,8 +198,8 @@ TEST_CASE("tool and interaction config errors name the file and the field", "[ag
                                    "tools:\n  - class_name: hyflow.tools.CodeInterpreterTool\n"
                                    "    tool_schema: {function: {name: code_interpreter}}\n");
   CHECK(load_tool_config(builtins).count("code_interpreter") == 1);
-  const auto checker = write_file("checker.yaml",
-                                  "interaction:\n  - {name: check, class_name: hyflow.interactions.AnswerCheckInteraction}\n");
+  const auto checker = write_file(
+      "checker.yaml", "interaction:\n  - {name: check, class_name: hyflow.interactions.AnswerCheckInteraction}\n");
   CHECK(load_interaction_config(checker).at("check")->name() == "check");
   const auto bad_inter = write_file("badinter.yaml", "interaction:\n  - {name: j, class_name: nope.Interaction}\n");
   CHECK_THROWS_WITH(load_interaction_config(bad_inter), Catch::Contains("interaction[0].class_name"));
