@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string_view>
+#include <vector>
 #include <utility>
 
 #ifdef _OPENMP
@@ -44,8 +48,12 @@ constexpr int kMaxTilePanels = 3;
 // NP * 16 sums. next, lines: cache lines to fetch while the tile computes, one per k step (and a
 // second past `in` steps): the next group's panels, so that they come from memory while this
 // group's row tiles run (tiles of one group after the first read its panels from the cache).
-using TileFn = void (*)(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char* next,
-                        int64_t lines);
+// E: the element of x and of the packed panels: float, or uint32_t (a pair of bf16, linear_bf16) with
+// `in` counting the pairs.
+template <class E>
+using TileFnOf = void (*)(const E* x, int64_t ldx, const E* p, int64_t in, float* out, const char* next,
+                          int64_t lines);
+using TileFn = TileFnOf<float>;
 
 // ---- portable build --------------------------------------------------------------------
 template <int M, int NP>
@@ -355,18 +363,20 @@ bool use_avx2() {
 // panels(m) panels; the output is split into groups of `group` panels (the unit of threading and
 // of the row loop: a group's panels are read from memory by its first row tile and from the
 // cache by the others).
-struct Shapes {
+template <class E>
+struct ShapesOf {
   int rows, group;
   int panels[kMaxTileRows + 1];
-  TileFn fn[kMaxTileRows + 1][kMaxTilePanels + 1];
+  TileFnOf<E> fn[kMaxTileRows + 1][kMaxTilePanels + 1];
 };
+using Shapes = ShapesOf<float>;
 
-template <template <int, int> class K, int M, int NP>
-void fill_one(Shapes& s) {
+template <template <int, int> class K, int M, int NP, class S>
+void fill_one(S& s) {
   s.fn[M][NP] = &K<M, NP>::run;
 }
-template <template <int, int> class K, int... Ms>
-void fill(Shapes& s, std::integer_sequence<int, Ms...>) {
+template <template <int, int> class K, class S, int... Ms>
+void fill(S& s, std::integer_sequence<int, Ms...>) {
   ((fill_one<K, Ms + 1, 1>(s), fill_one<K, Ms + 1, 2>(s), fill_one<K, Ms + 1, 3>(s)), ...);
 }
 
@@ -423,7 +433,9 @@ const Shapes& shapes(Isa isa) {
   return portable;
 }
 
-void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias,
+// in: the elements of a row of x and of a panel's k steps (bf16 pairs for E = uint32_t).
+template <class E>
+void linear_impl(const ShapesOf<E>& sh, const E* x, int64_t ldx, int64_t rows, const E* packed, const float* bias,
                  int64_t in, int64_t out, float* y, int64_t ldy, bool accumulate) {
   const int64_t panels = (out + kPanel - 1) / kPanel;
   const int64_t panel_floats = in * kPanel;
@@ -435,7 +447,7 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   // find them in the cache: instead the row tiles of each group fetch the next group's panels
   // (of the same thread), a share each, so that the stream overlaps the arithmetic.
   const int64_t tiles = (rows + sh.rows - 1) / sh.rows;
-  const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
+  const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(E)) / 64;
   const int64_t group_lines = sh.group * panel_lines;
   const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
   parallel_for(0, panels, grain, [&](int64_t run0, int64_t run1) {
@@ -467,6 +479,128 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
       }
     }
   });
+}
+
+// ---- bf16 GEMM (linear_bf16) ------------------------------------------------------------
+// A packed bf16 panel holds, per pair of k, one 32-bit word per output column: bf16(w[o, 2 kp]) in
+// the low half, bf16(w[o, 2 kp + 1]) in the high half (vdpbf16ps's operand layout); x is converted to
+// the same pairs. Every output is the chain acc = acc + x1 w1, then acc = acc + x0 w0 per pair, from
+// acc = 0, rounded to float32 after each add (vdpbf16ps's definition in the Intel SDM, round to
+// nearest even); the products of two bf16 are exact in float32, so the portable build computes the
+// same chain with plain float arithmetic. The hardware also treats bf16 denormal inputs as 0 and
+// flushes denormal results, which the portable build does not: they differ only there.
+
+float bf16_low(uint32_t pair) {
+  return from_bf16(static_cast<uint16_t>(pair & 0xFFFFU));
+}
+float bf16_high(uint32_t pair) {
+  return from_bf16(static_cast<uint16_t>(pair >> 16));
+}
+
+template <int M, int NP>
+struct Bf16Portable {
+  static void run(const uint32_t* x, int64_t ldx, const uint32_t* p, int64_t in2, float* out, const char*,
+                  int64_t) {
+    constexpr int W = NP * kPanel;
+    float acc[M][W] = {};
+    const int64_t stride = in2 * kPanel;
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      for (int m = 0; m < M; ++m) {
+        const uint32_t xw = x[m * ldx + kp];
+        const float x0 = bf16_low(xw), x1 = bf16_high(xw);
+        for (int n = 0; n < NP; ++n) {
+          const uint32_t* w = p + n * stride + kp * kPanel;
+          for (int j = 0; j < kPanel; ++j) {
+            float a = acc[m][n * kPanel + j];
+            a = a + x1 * bf16_high(w[j]);
+            acc[m][n * kPanel + j] = a + x0 * bf16_low(w[j]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      for (int j = 0; j < W; ++j) out[m * W + j] = acc[m][j];
+    }
+  }
+};
+
+#ifdef HYFLOW_DECODE_X86
+// One zmm (16 outputs, 32 bf16 of a panel's k pair) per panel: M * NP accumulators (at most 24).
+template <int M, int NP>
+struct Bf16Avx512 {
+  __attribute__((target("avx512f,avx512bf16"))) static void run(const uint32_t* x, int64_t ldx, const uint32_t* p,
+                                                                 int64_t in2, float* out, const char* next,
+                                                                 int64_t lines) {
+    __m512 acc[M][NP];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_setzero_ps();
+    }
+    const int64_t stride = in2 * kPanel;
+#pragma GCC unroll 2
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      __m512i w[NP];
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) {
+        const uint32_t* pk = p + n * stride + kp * kPanel;
+        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAhead * kPanel), _MM_HINT_T0);
+        w[n] = _mm512_loadu_si512(pk);
+      }
+      fetch_next(next, lines, kp, in2);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[m * ldx + kp]));
+#pragma GCC unroll 4
+        for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)w[n], (__m512bh)xv);
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + (m * NP + n) * kPanel, acc[m][n]);
+    }
+  }
+};
+
+bool cpu_bf16_dot() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+#else
+bool cpu_bf16_dot() {
+  return false;
+}
+#endif
+
+// HYFLOW_DECODE_BF16=portable turns vdpbf16ps off for the process (allow_bf16_dot(true) turns it on again).
+std::atomic<bool> g_bf16_dot_allowed{[] {
+  const char* env = std::getenv("HYFLOW_DECODE_BF16");
+  return env == nullptr || std::string_view(env) != "portable";
+}()};
+
+const ShapesOf<uint32_t>& bf16_shapes(bool dot) {
+  static const ShapesOf<uint32_t> portable = [] {
+    ShapesOf<uint32_t> s{.rows = 4, .group = 2, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 2;
+    fill<Bf16Portable>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+#ifdef HYFLOW_DECODE_X86
+  static const ShapesOf<uint32_t> avx512 = [] {
+    // 8 x 3 panels = 24 zmm accumulators, as the float32 AVX-512 build.
+    ShapesOf<uint32_t> s{.rows = 8, .group = 3, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 3;
+    fill<Bf16Avx512>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+  if (dot) return avx512;
+#endif
+  (void)dot;
+  return portable;
 }
 
 #ifdef HYFLOW_DECODE_X86
@@ -1135,6 +1269,74 @@ void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, cons
             float* y, int64_t ldy, bool accumulate) {
   if (rows <= 0 || out <= 0) return;
   linear_impl(shapes(current_isa()), x, ldx, rows, packed, bias, in, out, y, ldy, accumulate);
+}
+
+uint16_t to_bf16(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<uint16_t>((bits >> 16) | 0x0040U);  // quiet NaN
+  bits += 0x7FFFU + ((bits >> 16) & 1U);  // round to nearest even (overflow to inf as the hardware)
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float from_bf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float x = 0.0F;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+bool cpu_has_bf16_dot() {
+  return cpu_bf16_dot();
+}
+
+bool bf16_dot_enabled() {
+  return cpu_bf16_dot() && g_bf16_dot_allowed.load(std::memory_order_relaxed);
+}
+
+void allow_bf16_dot(bool allow) {
+  g_bf16_dot_allowed.store(allow);
+}
+
+int64_t packed_bf16_words(int64_t in, int64_t out) {
+  return (out + kPanel - 1) / kPanel * kPanel * ((in + 1) / 2);
+}
+
+void pack_weight_bf16(const float* w, int64_t in, int64_t out, uint32_t* packed) {
+  const int64_t panels = (out + kPanel - 1) / kPanel, in2 = (in + 1) / 2;
+  parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint32_t* dst = packed + p * in2 * kPanel;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t o = p * kPanel + j;
+        const float* row = o < out ? w + o * in : nullptr;
+        for (int64_t kp = 0; kp < in2; ++kp) {
+          const int64_t k = 2 * kp;
+          const uint32_t lo = row != nullptr ? to_bf16(row[k]) : 0U;
+          const uint32_t hi = row != nullptr && k + 1 < in ? to_bf16(row[k + 1]) : 0U;
+          dst[kp * kPanel + j] = lo | (hi << 16);
+        }
+      }
+    }
+  });
+}
+
+void linear_bf16(const float* x, int64_t ldx, int64_t rows, const uint32_t* packed, const float* bias, int64_t in,
+                 int64_t out, float* y, int64_t ldy, bool accumulate) {
+  if (rows <= 0 || out <= 0) return;
+  const int64_t in2 = (in + 1) / 2;
+  thread_local std::vector<uint32_t> xb;  // x's rows as bf16 pairs (the odd k's partner of a last k is 0)
+  xb.resize(static_cast<size_t>(rows * in2));
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * ldx;
+    uint32_t* dst = xb.data() + m * in2;
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      const int64_t k = 2 * kp;
+      const uint32_t hi = k + 1 < in ? to_bf16(xr[k + 1]) : 0U;
+      dst[kp] = static_cast<uint32_t>(to_bf16(xr[k])) | (hi << 16);
+    }
+  }
+  linear_impl(bf16_shapes(bf16_dot_enabled()), xb.data(), in2, rows, packed, bias, in2, out, y, ldy, accumulate);
 }
 
 void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
