@@ -92,7 +92,7 @@ TEST_CASE("the bf16 GEMM equals the ATen reference (bf16 inputs, float32 sums) o
   torch::manual_seed(7);
   for (const auto dot : dot_builds()) {
     Bf16Dot mode(dot);
-    for (const auto [rows, in, out] : {std::tuple{1, 37, 53}, {3, 64, 16}, {9, 129, 70}, {17, 256, 100}}) {
+    for (const auto& [rows, in, out] : {std::tuple{1, 37, 53}, {3, 64, 16}, {9, 129, 70}, {17, 256, 100}}) {
       INFO((dot ? "vdpbf16ps" : "portable") << " rows " << rows << " in " << in << " out " << out);
       const auto x = torch::randn({rows, in}), w = torch::randn({out, in}), b = torch::randn({out});
       const auto y = bf16_linear(x, pack_bf16(w), b, out);
@@ -134,7 +134,7 @@ TEST_CASE("the vdpbf16ps build and the portable build of the bf16 GEMM agree") {
     return;
   }
   torch::manual_seed(9);
-  for (const auto [rows, in, out] : {std::tuple{1, 288, 288}, {8, 768, 100}, {13, 61, 47}}) {
+  for (const auto& [rows, in, out] : {std::tuple{1, 288, 288}, {8, 768, 100}, {13, 61, 47}}) {
     INFO("rows " << rows << " in " << in << " out " << out);
     const auto x = torch::randn({rows, in}), w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
     const auto packed = pack_bf16(w);
@@ -157,6 +157,51 @@ TEST_CASE("the vdpbf16ps build and the portable build of the bf16 GEMM agree") {
   }
 }
 
+TEST_CASE("attention over a bf16 KV cache equals attention over its float32 widening, every build") {
+  // A paged cache (block, kv head, position in block, dim) of 3 rows with GQA 6 / 2, head dims with
+  // and without a tail of 16, odd block sizes; row r attends to lengths[r] positions through its table.
+  torch::manual_seed(10);
+  for (const auto& [dim, block_size] : {std::pair<int64_t, int64_t>{64, 16}, {10, 5}, {40, 7}}) {
+    const int64_t heads = 6, kv_heads = 2, rows = 3, blocks = 36;  // 12 per row: 50 positions at block size 5
+    const std::vector<int64_t> lengths{1, 37, 50};
+    const auto keys = torch::randn({blocks, kv_heads, block_size, dim});
+    const auto values = torch::randn({blocks, kv_heads, block_size, dim});
+    // the bf16 cache and the float32 values it stands for
+    auto to_words = [](const at::Tensor& t) {
+      std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+      const float* p = t.data_ptr<float>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = decode::to_bf16(p[i]);
+      return out;
+    };
+    const auto kb = to_words(keys), vb = to_words(values);
+    const auto kf = keys.to(torch::kBFloat16).to(torch::kFloat), vf = values.to(torch::kBFloat16).to(torch::kFloat);
+    std::vector<std::vector<int32_t>> table(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks / rows; ++b) table[r].push_back(static_cast<int32_t>((b * rows + r * 5) % blocks));
+    }
+    const std::vector<const int32_t*> tables{table[0].data(), table[1].data(), table[2].data()};
+    const auto q = torch::randn({rows, heads * dim});
+    auto reference = torch::zeros({rows, heads * dim});
+    decode::attend_rows(q.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), tables.data(),
+                        lengths.data(), rows, heads, kv_heads, dim, block_size, reference.data_ptr<float>());
+    for (const auto isa : {decode::Isa::kAvx512, decode::Isa::kPortable}) {
+      if (isa > decode::best_kernel_isa()) continue;
+      INFO("dim " << dim << " block " << block_size << " " << decode::isa_name(isa));
+      decode::limit_kernel_isa(isa);
+      auto out = torch::zeros({rows, heads * dim});
+      decode::attend_rows_bf16(q.data_ptr<float>(), kb.data(), vb.data(), tables.data(), lengths.data(), rows, heads,
+                               kv_heads, dim, block_size, out.data_ptr<float>());
+      decode::limit_kernel_isa(decode::Isa::kAvx512);
+      CHECK(torch::allclose(out, reference, 1e-4, 1e-5));
+      // the check can fail: the cache's keys read as its values
+      auto swapped = torch::zeros({rows, heads * dim});
+      decode::attend_rows_bf16(q.data_ptr<float>(), vb.data(), kb.data(), tables.data(), lengths.data(), rows, heads,
+                               kv_heads, dim, block_size, swapped.data_ptr<float>());
+      CHECK_FALSE(torch::allclose(swapped, reference, 1e-2, 1e-2));
+    }
+  }
+}
+
 TEST_CASE("bf16 decode engines (CPU kernels and ATen) track the float32 engine's log-probs") {
   for (const auto& config : {llama_config(), qwen2_config()}) {
     INFO(config.architecture);
@@ -174,9 +219,12 @@ TEST_CASE("bf16 decode engines (CPU kernels and ATen) track the float32 engine's
         DecodeEngine bf16(model, DecodeEngineOptions{.backend = backend, .dtype = DecodeDtype::kBFloat16});
         REQUIRE(bf16.backend() == backend);
         const auto outputs = bf16.run(requests, sampling);
-        // the weights are cast once: about half the float32 copy's bytes (ATen: every parameter)
+        // the weights are cast once: about half the float32 copy's bytes (ATen: every parameter); the KV
+        // blocks are half the float32 ones
         CHECK(bf16.stats().packed_weights > 0);
         CHECK(bf16.packed_bytes() * 10 <= fp32.packed_bytes() * 6);
+        CHECK(bf16.stats().kv_block_bytes * 2 == fp32.stats().kv_block_bytes);
+        CHECK(bf16.kv_pool_bytes() * 2 == fp32.kv_pool_bytes());
         // The engine's own log-probs of its own tokens against the float32 model's: close (bf16 has 8 bits
         // of mantissa) but not equal.
         double worst = 0.0, total = 0.0;

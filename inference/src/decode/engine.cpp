@@ -202,9 +202,12 @@ struct DecodeEngine::State {
   std::vector<int64_t> logit_rows;     // the rows of a pass that need logits, in order
   int64_t row_capacity = 0, logit_capacity = 0;
 
-  float* layer_keys(int64_t layer) { return kv.data_ptr<float>() + (2 * layer) * kv_blocks * block_size * kvdim(); }
-  float* layer_values(int64_t layer) {
-    return kv.data_ptr<float>() + (2 * layer + 1) * kv_blocks * block_size * kvdim();
+  // The pool's elements: float32, or bf16 (uint16_t) when the engine runs in bf16.
+  int64_t kv_element_bytes() const { return bf16 ? 2 : 4; }
+  // Layer `layer`'s keys (which 0) or values (1), as bytes.
+  char* layer_kv(int64_t layer, int which) {
+    const int64_t elements = (2 * layer + which) * kv_blocks * block_size * kvdim();
+    return static_cast<char*>(kv.data_ptr()) + elements * kv_element_bytes();
   }
   int64_t block_size = 16;
 
@@ -450,7 +453,7 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   // positions; with prefix sharing the prompt's full blocks are held once for all n. Admission
   // reserves them, so the pool is never short mid-run.
   const int64_t block_bytes =
-      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
+      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * st.kv_element_bytes();
   stats_.kv_block_bytes = block_bytes;
   std::vector<int64_t> own_blocks(requests.size()), shared_blocks(requests.size());
   auto size_blocks = [&](const DecodeRequest& r, size_t i) {
@@ -501,7 +504,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     st.kv_blocks = st.aten->prepare(blocks, most, max_pos);
   } else if (blocks > st.kv_blocks || st.kv_blocks > most || !st.kv.defined()) {
     st.kv = at::Tensor();  // the old pool goes before the new one is allocated
-    st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
+    st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim},
+                      at::TensorOptions().dtype(st.bf16 ? at::kShort : at::kFloat));  // bf16 as raw 16-bit words
     st.kv_blocks = blocks;
     // Transparent huge pages: a step reads each row's blocks at scattered places of the pool.
     decode::advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
@@ -574,8 +578,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       linear(xn, st.d, L.wq, L.bq, st.d, qdim, q, qdim, false, R);
       linear(xn, st.d, L.wk, L.bk, st.d, kvdim, k, kvdim, false, R);
       linear(xn, st.d, L.wv, L.bv, st.d, kvdim, v, kvdim, false, R);
-      float* keys = st.layer_keys(l);
-      float* values = st.layer_values(l);
+      char* keys = st.layer_kv(l, 0);
+      char* values = st.layer_kv(l, 1);
       decode::parallel_for(0, R, row_grain, [&](int64_t r0, int64_t r1) {
         float* tmp = st.rotate_tmp.data() + at::get_thread_num() * D;
         for (int64_t r = r0; r < r1; ++r) {
@@ -587,12 +591,31 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
           const int64_t slot = static_cast<int64_t>(st.tables[static_cast<size_t>(r)][row.index / bs]) * bs * kvdim +
                                (row.index % bs) * D;
           for (int64_t h = 0; h < st.kv_heads; ++h) {
-            std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
-            std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+            const float* kh = k + r * kvdim + h * D;
+            const float* vh = v + r * kvdim + h * D;
+            if (st.bf16) {
+              auto* kb = reinterpret_cast<uint16_t*>(keys) + slot + h * bs * D;
+              auto* vb = reinterpret_cast<uint16_t*>(values) + slot + h * bs * D;
+              for (int64_t d = 0; d < D; ++d) {
+                kb[d] = decode::to_bf16(kh[d]);
+                vb[d] = decode::to_bf16(vh[d]);
+              }
+            } else {
+              std::memcpy(reinterpret_cast<float*>(keys) + slot + h * bs * D, kh,
+                          static_cast<size_t>(D) * sizeof(float));
+              std::memcpy(reinterpret_cast<float*>(values) + slot + h * bs * D, vh,
+                          static_cast<size_t>(D) * sizeof(float));
+            }
           }
         }
       });
-      decode::attend_rows(q, keys, values, st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
+      if (st.bf16) {
+        decode::attend_rows_bf16(q, reinterpret_cast<const uint16_t*>(keys), reinterpret_cast<const uint16_t*>(values),
+                                 st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
+      } else {
+        decode::attend_rows(q, reinterpret_cast<const float*>(keys), reinterpret_cast<const float*>(values),
+                            st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
+      }
       linear(att, qdim, L.wo, L.bo, qdim, st.d, x, st.d, true, R);
       decode::rms_norm_rows(x, nullptr, R, L.post_norm, st.d, st.eps, xn);
       linear(xn, st.d, L.wg, L.bg, st.d, st.inter, gate, st.inter, false, R);
@@ -803,11 +826,13 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
           const int32_t copy = st.pool.allocate();
           const int32_t from = src.blocks[static_cast<size_t>(full)];
           if (st.aten) st.aten->copy_positions(from, copy, src.length % bs);
-          const auto count = static_cast<size_t>((src.length % bs) * D) * sizeof(float);  // per head
+          const int64_t e = st.kv_element_bytes();
+          const auto count = static_cast<size_t>((src.length % bs) * D * e);  // per head
           for (int64_t l = 0; !st.aten && l < st.layers; ++l) {
-            for (float* base : {st.layer_keys(l), st.layer_values(l)}) {
+            for (char* base : {st.layer_kv(l, 0), st.layer_kv(l, 1)}) {
               for (int64_t h = 0; h < st.kv_heads; ++h) {
-                std::memcpy(base + (copy * st.kv_heads + h) * bs * D, base + (from * st.kv_heads + h) * bs * D, count);
+                std::memcpy(base + (copy * st.kv_heads + h) * bs * D * e, base + (from * st.kv_heads + h) * bs * D * e,
+                            count);
               }
             }
           }

@@ -754,19 +754,23 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
 
 // Keys of `n` positions of one kv head in a block against `nq` query heads (q: nq x dim):
 // sc[j * ld + i] = dot(q_j, key_i) / scale, maxes[j] = max(maxes[j], sc) in position order.
-using ScoresFn = void (*)(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
+// KV: the cache's element, float or uint16_t (bf16, attend_rows_bf16).
+template <class KV = float>
+using ScoresFn = void (*)(const float* q, int64_t nq, const KV* keys, int64_t n, int64_t dim, float scale, float* sc,
                           int64_t ld, float* maxes);
 // scores[s] = exp(scores[s] - max) for s < n; returns their sum (each build's order).
 using ExpFn = float (*)(float* scores, int64_t n, float max);
 // acc[j * dim + d] += p[j * ld + i] * value_i[d] for i < n in order, query heads j < nq; query head j
 // reads the values of kv head j / group: value_i at values + (j / group) * head_floats + i * dim.
-using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+template <class KV = float>
+using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const KV* values, int64_t head_floats,
                         int64_t n, int64_t dim, float* acc);
 
+template <class KV = float>
 struct AttentionOps {
-  ScoresFn scores;
+  ScoresFn<KV> scores;
   ExpFn exp_shift;
-  WsumFn wsum;
+  WsumFn<KV> wsum;
 };
 
 // A ScoresFn on one key at a time through Dot (dot_portable, or dot_avx2: out of line, so the
@@ -1033,13 +1037,13 @@ __attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int
 }
 #endif
 
-const AttentionOps& attention_ops(Isa isa, int64_t dim) {
-  static const AttentionOps portable{&scores_with<dot_portable>, &exp_shift_portable, &wsum_portable};
+const AttentionOps<>& attention_ops(Isa isa, int64_t dim) {
+  static const AttentionOps<> portable{&scores_with<dot_portable>, &exp_shift_portable, &wsum_portable};
 #ifdef HYFLOW_DECODE_X86
-  static const AttentionOps avx2{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx2};
-  static const AttentionOps avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
+  static const AttentionOps<> avx2{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx2};
+  static const AttentionOps<> avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
   // dot_avx512 covers dot_avx2's vector part only: dims with a scalar tail take dot_avx2 itself.
-  static const AttentionOps avx512_tail{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx512};
+  static const AttentionOps<> avx512_tail{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx512};
   if (isa == Isa::kAvx512) return dim % 8 == 0 ? avx512 : avx512_tail;
   if (isa == Isa::kAvx2) return avx2;
 #endif
@@ -1048,8 +1052,137 @@ const AttentionOps& attention_ops(Isa isa, int64_t dim) {
   return portable;
 }
 
+// ---- bf16 KV (attend_rows_bf16) -----------------------------------------------------------
+// Keys and values are bf16, widened to float32 exactly; q, the scores, the softmax, p and the
+// weighted sums are float32. One arithmetic per build: the portable build's dot product is one
+// chain over d in order, the AVX-512 build's 16 chains (d mod 16) summed by _mm512_reduce_add_ps;
+// the weighted sum is, per dimension, acc = acc + p_i * v_i[d] in position order in both (the
+// vector build with fma). The two builds agree to float32 rounding, not bit for bit.
+
+void scores_bf16_portable(const float* q, int64_t nq, const uint16_t* keys, int64_t n, int64_t dim, float scale,
+                          float* sc, int64_t ld, float* maxes) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* key = keys + i * dim;
+      float acc = 0.0F;
+      for (int64_t d = 0; d < dim; ++d) acc += qj[d] * from_bf16(key[d]);
+      sj[i] = acc / scale;
+      max = std::max(max, sj[i]);
+    }
+    maxes[j] = max;
+  }
+}
+
+void wsum_bf16_portable(const float* p, int64_t ld, int64_t nq, int64_t group, const uint16_t* values,
+                        int64_t head_floats, int64_t n, int64_t dim, float* acc) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const uint16_t* head = values + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* vs = head + i * dim;
+      for (int64_t d = 0; d < dim; ++d) a[d] += pj[i] * from_bf16(vs[d]);
+    }
+  }
+}
+
+#ifdef HYFLOW_DECODE_X86
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// 16 bf16 (the lanes of `mask`; 0 elsewhere) widened to float32.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load_bf16(const uint16_t* p, __mmask16 mask) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void scores_bf16_avx512(const float* q, int64_t nq,
+                                                                           const uint16_t* keys, int64_t n,
+                                                                           int64_t dim, float scale, float* sc,
+                                                                           int64_t ld, float* maxes) {
+  const int64_t full = dim / 16 * 16;
+  const auto tail = static_cast<__mmask16>((1U << (dim - full)) - 1U);
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* key = keys + i * dim;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t d = 0; d < full; d += 16) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qj + d), load_bf16(key + d, 0xFFFF), acc);
+      }
+      if (full < dim) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, qj + full), load_bf16(key + full, tail), acc);
+      sj[i] = _mm512_reduce_add_ps(acc) / scale;
+      max = std::max(max, sj[i]);
+    }
+    maxes[j] = max;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void wsum_bf16_avx512(const float* p, int64_t ld, int64_t nq,
+                                                                         int64_t group, const uint16_t* values,
+                                                                         int64_t head_floats, int64_t n, int64_t dim,
+                                                                         float* acc) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const uint16_t* head = values + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    for (int64_t d = 0; d < dim; d += 64) {  // up to 4 registers of accumulators per pass over the positions
+      __m512 r[4];
+      __mmask16 m[4];
+      const int nv = static_cast<int>(std::min<int64_t>(4, (dim - d + 15) / 16));
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const int64_t left = dim - d - 16 * v;
+        m[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left > 0 ? static_cast<__mmask16>((1U << left) - 1U) : 0;
+        r[v] = v < nv ? _mm512_maskz_loadu_ps(m[v], a + d + 16 * v) : _mm512_setzero_ps();
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const __m512 pi = _mm512_set1_ps(pj[i]);
+        const uint16_t* vs = head + i * dim + d;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          if (v < nv) r[v] = _mm512_fmadd_ps(pi, load_bf16(vs + 16 * v, m[v]), r[v]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        if (v < nv) _mm512_mask_storeu_ps(a + d + 16 * v, m[v], r[v]);
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+bool cpu_avx512bw() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+#endif
+
+// The bf16 KV ops: AVX-512 when the kernel build is AVX-512 (and the CPU has AVX-512 BW), else portable.
+const AttentionOps<uint16_t>& attention_ops_bf16(Isa isa) {
+  static const AttentionOps<uint16_t> portable{&scores_bf16_portable, &exp_shift_portable, &wsum_bf16_portable};
+#ifdef HYFLOW_DECODE_X86
+  static const AttentionOps<uint16_t> avx512{&scores_bf16_avx512, &exp_shift_avx2, &wsum_bf16_avx512};
+  if (isa == Isa::kAvx512 && cpu_avx512bw()) return avx512;
+#endif
+  (void)isa;
+  return portable;
+}
+
+template <class KV>
 struct RowsAttention {
-  const float *q, *k, *v;
+  const float* q;
+  const KV *k, *v;
   const int32_t* const* tables;
   const int64_t* lengths;
   int64_t heads, kv_heads, dim, block_size;
@@ -1064,8 +1197,9 @@ constexpr int64_t kAttentionAheadBytes = 12288;
 // row's consecutive kv heads. Each segment reads its keys block by block (in a block, head by head),
 // then its values the same way: the walk yields those runs ("chunks": one kv head's positions in one
 // block) in that order, so that a second walk ahead of the work can fetch what comes next.
+template <class KV>
 struct Walk {
-  const RowsAttention* a;
+  const RowsAttention<KV>* a;
   int64_t unit, end;
   int64_t row = 0, g0 = 0, span = 0, len = 0;
   int kind = 2;  // 0: keys, 1: values, 2: between segments
@@ -1083,8 +1217,8 @@ struct Walk {
     block = pos = head = 0;
     return true;
   }
-  // The next chunk's first float and its floats; false past the end.
-  bool next_chunk(const float*& p, int64_t& floats) {
+  // The next chunk's first element and its elements; false past the end.
+  bool next_chunk(const KV*& p, int64_t& floats) {
     for (;;) {
       if (kind == 2 && !next_segment()) return false;
       if (pos >= len) {
@@ -1106,18 +1240,20 @@ struct Walk {
 };
 
 // Fetches the chunks a walk yields, a fixed number ahead of the work.
+template <class KV>
 struct Prefetcher {
-  Walk walk;
+  Walk<KV> walk;
   void fetch() {
-    const float* p = nullptr;
+    const KV* p = nullptr;
     int64_t floats = 0;
-    if (walk.next_chunk(p, floats)) fetch_lines(p, floats * static_cast<int64_t>(sizeof(float)));
+    if (walk.next_chunk(p, floats)) fetch_lines(p, floats * static_cast<int64_t>(sizeof(KV)));
   }
 };
 
 // Row `row`'s query heads of kv heads [g0, g0 + span). scratch: span * group * (length + 1) floats.
-void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row, int64_t g0, int64_t span,
-                    float* scratch, Prefetcher& ahead) {
+template <class KV>
+void attend_segment(const AttentionOps<KV>& ops, const RowsAttention<KV>& a, int64_t row, int64_t g0, int64_t span,
+                    float* scratch, Prefetcher<KV>& ahead) {
   const int64_t len = a.lengths[row];
   const int32_t* table = a.tables[row];
   const int64_t group = a.heads / a.kv_heads, dim = a.dim, bs = a.block_size;
@@ -1128,12 +1264,12 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   float* maxes = scratch + nq * len;
   std::fill(maxes, maxes + nq, -std::numeric_limits<float>::infinity());
   const float scale = std::sqrt(static_cast<float>(dim));
-  auto at = [&](const float* base, int64_t b) {
+  auto at = [&](const KV* base, int64_t b) {
     return base + static_cast<int64_t>(table[b]) * block_floats + g0 * head_floats;
   };
   for (int64_t b = 0, s = 0; s < len; ++b) {
     const int64_t n = std::min(bs, len - s);
-    const float* keys = at(a.k, b);
+    const KV* keys = at(a.k, b);
     for (int64_t g = 0; g < span; ++g) {
       ahead.fetch();
       ops.scores(q + g * group * dim, group, keys + g * head_floats, n, dim, scale, sc + g * group * len + s, len,
@@ -1149,7 +1285,7 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   std::fill(out, out + nq * dim, 0.0F);
   for (int64_t b = 0, s = 0; s < len; ++b) {
     const int64_t n = std::min(bs, len - s);
-    const float* values = at(a.v, b);
+    const KV* values = at(a.v, b);
     for (int64_t g = 0; g < span; g += 2) {  // two kv heads (their query heads) per call
       const int64_t m = std::min<int64_t>(2, span - g);
       for (int64_t t = 0; t < m; ++t) ahead.fetch();
@@ -1160,7 +1296,8 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   }
 }
 
-void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t rows) {
+template <class KV>
+void attend_rows_impl(const AttentionOps<KV>& ops, const RowsAttention<KV>& a, int64_t rows) {
   // Units (row, kv head) in row-major order, split over the threads into contiguous runs of about
   // equal cost (positions read, plus a few for the per-unit work).
   const int64_t units = rows * a.kv_heads;
@@ -1178,7 +1315,7 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     cost += a.lengths[u / a.kv_heads] + 4;
   }
   const int64_t group = a.heads / a.kv_heads;
-  const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(KV));
   const int64_t ahead_chunks = std::max<int64_t>(1, (kAttentionAheadBytes + chunk_bytes - 1) / chunk_bytes);
   const int64_t* bound = bounds.data();  // the caller's (bounds is per thread)
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
@@ -1186,8 +1323,8 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     const size_t need = static_cast<size_t>(a.kv_heads * group * (max_len + 1));
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t t = t0; t < t1; ++t) {
-      Walk work{&a, bound[t], bound[t + 1]};
-      Prefetcher ahead{Walk{&a, bound[t], bound[t + 1]}};
+      Walk<KV> work{&a, bound[t], bound[t + 1]};
+      Prefetcher<KV> ahead{Walk<KV>{&a, bound[t], bound[t + 1]}};
       for (int64_t i = 0; i < ahead_chunks; ++i) ahead.fetch();
       while (work.next_segment()) {
         attend_segment(ops, a, work.row, work.g0, work.span, scratch.data(), ahead);
@@ -1351,8 +1488,16 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
 void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
                  int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out) {
   if (rows <= 0 || heads <= 0) return;
-  const RowsAttention a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
+  const RowsAttention<float> a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
   attend_rows_impl(attention_ops(current_isa(), dim), a, rows);
+}
+
+void attend_rows_bf16(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* const* tables,
+                      const int64_t* lengths, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                      int64_t block_size, float* out) {
+  if (rows <= 0 || heads <= 0) return;
+  const RowsAttention<uint16_t> a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
+  attend_rows_impl(attention_ops_bf16(current_isa()), a, rows);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

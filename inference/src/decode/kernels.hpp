@@ -103,6 +103,16 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
 void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
                  int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out);
 
+/// attend_rows() over a bf16 cache (keys and values stored as to_bf16 of the float32 ones, same
+/// layout): each key and value widened to float32 exactly, the scores, softmax and weighted sums in
+/// float32. Its own arithmetic (not attend()'s): one in-order chain per dot product in the portable
+/// build, 16 chains summed at the end in the AVX-512 build (used when the kernel build is AVX-512 and
+/// the CPU has AVX-512 BW); the weighted sum in position order in both. The builds agree to float32
+/// rounding.
+void attend_rows_bf16(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* const* tables,
+                      const int64_t* lengths, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                      int64_t block_size, float* out);
+
 /// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product), split over
 /// parallel_for; the AVX-512 build computes the AVX2 build's values.
 void silu_mul(float* gate, const float* up, int64_t n);
