@@ -182,8 +182,8 @@ TEST_CASE("attention over a bf16 KV cache equals attention over its float32 wide
     const std::vector<const int32_t*> tables{table[0].data(), table[1].data(), table[2].data()};
     const auto q = torch::randn({rows, heads * dim});
     auto reference = torch::zeros({rows, heads * dim});
-    decode::attend_rows(q.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), tables.data(),
-                        lengths.data(), rows, heads, kv_heads, dim, block_size, reference.data_ptr<float>());
+    decode::attend_rows(q.data_ptr<float>(), kf.data_ptr<float>(), vf.data_ptr<float>(), tables.data(), lengths.data(),
+                        rows, heads, kv_heads, dim, block_size, reference.data_ptr<float>());
     for (const auto isa : {decode::Isa::kAvx512, decode::Isa::kPortable}) {
       if (isa > decode::best_kernel_isa()) continue;
       INFO("dim " << dim << " block " << block_size << " " << decode::isa_name(isa));
