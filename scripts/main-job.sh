@@ -7,6 +7,8 @@
 # the build is done.
 # Nothing is downloaded besides what install-deps.sh installs.
 # Usage: scripts/main-job.sh [output-dir]   (default: checkpoints/main-job)
+# GRPO_CONFIG=config/grpo_arithmetic_bf16.ini: the same job with a bf16 rollout and rollout correction
+# (docs/inference.md, "bf16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-checkpoints/main-job}
@@ -21,7 +23,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # 2 in-process workers share 2 co
 
 build/apps/hyflow-sft/hyflow-sft --config=config/sft_arithmetic.ini \
   --trainer.default_local_dir="$out/sft" | tee "$out/sft.log"
-build/apps/hyflow-grpo/hyflow-grpo --config=config/grpo_arithmetic.ini \
+build/apps/hyflow-grpo/hyflow-grpo --config="${GRPO_CONFIG:-config/grpo_arithmetic.ini}" \
   --actor_rollout_ref.model.path="$out/sft" --trainer.default_local_dir="$out/grpo" \
   --trainer.metrics_file="$out/grpo/metrics.jsonl" | tee "$out/grpo.log"
 

@@ -11,10 +11,13 @@
 //   prefix_sharing_*       prefill time and KV bytes per prompt, n = 8 vs n = 1
 //   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
 //   decode_aten_cpu        the engine's ATen backend (the device path) vs its CPU kernels on CPU tensors
+//   decode_bf16_*          (--case bf16) the bf16 engine vs the float32 one, batch 1 / 8 / 32, alternating
+//                          rounds in one process, medians; batch 1 also vs llama2.c's recorded figure and
+//                          its bytes per token vs the roofline
 //   decode_device_*        on cuda:0 (Qwen2-0.5B shape, bf16): engine tokens/s vs a PyTorch eager loop on the
 //                          same device, and the HBM roofline fraction; one "skipped" line without a GPU
 //
-// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]
+// Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device|bf16]
 // (scaling: the engine's decode-step figures of both shapes alone, without the reference
 // generate() and the token check, for repeated runs)
 // Times are CPU time of the process unless --wall or --threads above 1 (see now_s); the device
@@ -377,6 +380,101 @@ void bench_shape(const std::string& name, const ModelConfig& config, const Figur
   }
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// llama2.c's run.c on this machine (issue 17: stories42M shape, batch 1, one thread, 256 tokens),
+// recorded in bench/README.md; llama2.c is not part of this repository, so it is not re-run here.
+constexpr double kLlama2cTokensPerS = 179.0;
+
+// The bf16 engine (DecodeDtype::kBFloat16, the CPU kernels) against the float32 engine on the same
+// model: per batch, rounds that measure the decode step of both back to back (the machine's read
+// bandwidth drifts within minutes and other jobs come and go), the figures the median round's.
+// The same decode-step measure as bench_shape (runs of new_tokens and new_tokens / 2, the prefill
+// cancels).
+void bench_bf16(const Figures& f, bool quick) {
+  const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
+  const int rounds = quick ? 3 : 5;
+  const DecodeSampling greedy{.sampling = {.greedy = true}};
+  const char* build = decode::bf16_dot_enabled() ? "vdpbf16ps" : "portable";
+  for (const auto& [name, config] : {std::pair{std::string("42M"), shape_42m()}, {std::string("110M"), shape_110m()}}) {
+    torch::manual_seed(0);
+    CausalLM model(config);
+    for (int64_t batch : {1, 8, 32}) {
+      auto ids = torch::randint(3, config.vocab_size, {batch, prompt_len});
+      auto requests_of = [&](int64_t tokens) {
+        std::vector<DecodeRequest> requests;
+        for (int64_t b = 0; b < batch; ++b) {
+          std::vector<int64_t> p(static_cast<size_t>(prompt_len));
+          for (int64_t t = 0; t < prompt_len; ++t) p[static_cast<size_t>(t)] = ids[b][t].item<int64_t>();
+          requests.push_back(DecodeRequest{.prompt = p, .max_new_tokens = tokens, .first_row_id = b});
+        }
+        return requests;
+      };
+      const auto long_run = requests_of(new_tokens), short_run = requests_of(new_tokens / 2);
+      DecodeEngine fp32(model), bf16(model, DecodeEngineOptions{.dtype = DecodeDtype::kBFloat16});
+      // warm-up (packing, the KV pool's first touch) and the tokens of both
+      const auto tokens32 = fp32.run(long_run, greedy), tokens16 = bf16.run(long_run, greedy);
+      int64_t same = 0, total = 0;
+      for (size_t i = 0; i < tokens32.size(); ++i) {
+        const auto& a = tokens32[i].tokens;
+        const auto& b = tokens16[i].tokens;
+        // tokens equal up to the first difference (after it the two continue different texts)
+        size_t t = 0;
+        while (t < a.size() && t < b.size() && a[t] == b[t]) ++t;
+        same += static_cast<int64_t>(t);
+        total += static_cast<int64_t>(a.size());
+      }
+      auto step_of = [&](DecodeEngine& e) {
+        return (best_of(3, [&] { e.run(long_run, greedy); }) - best_of(3, [&] { e.run(short_run, greedy); })) /
+               static_cast<double>(new_tokens - new_tokens / 2);
+      };
+      std::vector<double> s32, s16, ratio;
+      for (int r = 0; r < (batch == 1 ? rounds : std::max(1, rounds - 2)); ++r) {
+        s32.push_back(step_of(fp32));
+        s16.push_back(step_of(bf16));
+        ratio.push_back(s32.back() / s16.back());
+      }
+      const double step32 = median(s32), step16 = median(s16), speedup = median(ratio);
+      const auto b = static_cast<double>(batch);
+      const std::string c = name + " greedy b" + std::to_string(batch) + " p" + std::to_string(prompt_len) + " +" +
+                            std::to_string(new_tokens) + ", decode steps, " + threads_label();
+      emit("decode_bf16_tokens_per_s", c + ", bf16 (value) vs float32 engine (peer)", b / step16, "tokens/s",
+           "float32 engine", b / step32, speedup,
+           {{"kernels", build},
+            {"rounds", ratio.size()},
+            {"step_ratio_rounds", ratio},
+            {"bf16_step_ms", step16 * 1e3},
+            {"fp32_step_ms", step32 * 1e3},
+            {"greedy_prefix_agreement", static_cast<double>(same) / static_cast<double>(total)},
+            {"goal", batch == 32 ? nlohmann::json(1.5) : nlohmann::json()}});
+      if (batch != 1) continue;
+      // Bytes a batch-1 step reads: the weights and the KV over the mean context, at 2 bytes each (bf16) or
+      // 4; the roofline is those bytes at the measured read bandwidth.
+      const double mean_context = static_cast<double>(prompt_len) + 0.75 * static_cast<double>(new_tokens);
+      const double bytes32 = step_bytes(config, mean_context), bytes16 = bytes32 / 2.0;
+      const double roof16 = bytes16 / (f.bandwidth * 1e9);
+      emit("decode_bf16_roofline", name + " batch 1 bf16 decode step, " + threads_label(), roof16 / step16,
+           "fraction of roofline", "bytes per token / measured read bandwidth (ms)", roof16 * 1e3, roof16 / step16,
+           {{"step_ms", step16 * 1e3},
+            {"bytes_per_token", bytes16},
+            {"fp32_bytes_per_token", bytes32},
+            {"fp32_fraction_of_roofline", bytes32 / (f.bandwidth * 1e9) / step32},
+            {"bandwidth_gbs", f.bandwidth},
+            {"packed_bytes_bf16", bf16.packed_bytes()},
+            {"packed_bytes_fp32", fp32.packed_bytes()}});
+      if (name == "42M") {
+        emit("decode_bf16_vs_llama2c", c + ", bf16 engine (value) vs llama2.c run.c float32 (peer)", 1.0 / step16,
+             "tokens/s", "llama2.c run.c, issue 17's recorded figure (not re-run)", kLlama2cTokensPerS,
+             1.0 / step16 / kLlama2cTokensPerS,
+             {{"goal", 1.8}, {"fp32_engine_vs_llama2c", 1.0 / step32 / kLlama2cTokensPerS}});
+      }
+    }
+  }
+}
+
 void bench_prefix_sharing(bool quick) {
   torch::manual_seed(0);
   CausalLM model(shape_42m());
@@ -663,7 +761,8 @@ int main(int argc, char** argv) {
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::cerr << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device]\n";
+      std::cerr
+          << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device|bf16]\n";
       return 2;
     }
   }
@@ -698,6 +797,10 @@ int main(int argc, char** argv) {
   }
   if (only == "gemm") {
     bench_gemm();
+    return 0;
+  }
+  if (only == "bf16") {
+    bench_bf16(f, quick);
     return 0;
   }
   if (only.empty()) bench_gemm();

@@ -103,6 +103,32 @@ TEST_CASE("the trainer weights one-step-off samples by rollout correction: rollo
                     Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
 }
 
+TEST_CASE("a bf16 rollout reports its mismatch with the float32 actor every step and corrects it (TIS); it "
+          "needs calculate_log_probs") {
+  TempDir out("rollout_bf16");
+  Config c = small_config("grpo", out.path);
+  c.set("actor_rollout_ref.rollout.dtype", "bfloat16");
+  CHECK_THROWS_WITH(trainer::PPOTrainer(c), Catch::Contains("actor_rollout_ref.rollout.dtype") &&
+                                                Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
+  c.set("actor_rollout_ref.rollout.calculate_log_probs", "true");
+  c.set("algorithm.rollout_correction.rollout_is", "token");
+  c.set("trainer.val_before_train", "false");
+  c.set("trainer.test_freq", "-1");
+  trainer::PPOTrainer t(c);
+  t.init_workers();
+  t.fit();
+  const auto& h = t.history();
+  REQUIRE(h.size() == 3);
+  for (const auto& m : h) {
+    // on-policy steps: what the rollout and the actor disagree on is the bf16 forward's rounding
+    CHECK(m.at("training/rollout_probs_diff_max").get<double>() > 0.0);
+    CHECK(m.at("training/rollout_probs_diff_mean").get<double>() < 0.05);
+    CHECK(m.contains("training/rollout_probs_diff_std"));
+    CHECK(std::abs(m.at("rollout_corr/rollout_is_mean").get<double>() - 1.0) < 0.1);
+    CHECK(std::isfinite(m.at("actor/pg_loss").get<double>()));
+  }
+}
+
 TEST_CASE("the trainer rejects stale tokens and vetoes rows by rollout correction: response_mask shrinks on "
           "off-policy steps only") {
   TempDir out("rollout_rs");

@@ -75,6 +75,21 @@ TEST_CASE("actor_rollout_ref config: values are read with verl's key names") {
   CHECK(c.rollout.kv_cache_bytes == 1 << 20);
 }
 
+TEST_CASE("rollout.dtype: verl's spellings of float32 and bfloat16; float16 and others are refused by name") {
+  CHECK(parse_actor_rollout_ref_config(actor_rollout_ref_config()).rollout.dtype == "float32");
+  for (const char* name : {"bfloat16", "bf16", "float32", "fp32", "float"}) {
+    auto cfg = actor_rollout_ref_config();
+    cfg["rollout"]["dtype"] = name;
+    CHECK(parse_actor_rollout_ref_config(cfg).rollout.dtype == name);
+  }
+  for (const char* name : {"float16", "half", "int8"}) {
+    auto cfg = actor_rollout_ref_config();
+    cfg["rollout"]["dtype"] = name;
+    CHECK_THAT(error_of([&] { parse_actor_rollout_ref_config(cfg); }),
+               Catch::Contains("actor_rollout_ref.rollout.dtype") && Catch::Contains(name));
+  }
+}
+
 TEST_CASE("critic config: verl's critic lr default 1e-5 and forward micro-batch falls back to ppo's") {
   auto c = parse_critic_config(Json{{"model", {{"path", "/m"}}}, {"ppo_micro_batch_size_per_gpu", 4}});
   CHECK(c.optim.lr == 1e-5);

@@ -142,6 +142,42 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "a bf16 rollout (rollout.dtype=bfloat16) returns the engine's own log-probs: near the actor's float32 "
+    "ones, not equal; continue_sequences' new columns too") {
+  for (const auto& layout : {kLayouts[0], kLayouts[2]}) {
+    SECTION(layout.name) {
+      Runtime rt;
+      auto wg =
+          group(rt, layout.workers, "actor_rollout_ref", config_with(layout.fsdp_config, {{"dtype", "bfloat16"}}));
+      DataProto gen = wg.call(&ActorRolloutRefWorker::generate_sequences, prompts(8, 5, 3));
+      const at::Tensor mine = gen.batch.at("rollout_log_probs"), actor = actor_log_probs(wg, gen, 1.0);
+      const at::Tensor mask = gen.batch.at("response_mask").to(torch::kBool);
+      CHECK(torch::equal(mine.masked_select(~mask), torch::zeros({(~mask).sum().item<int64_t>()})));
+      const at::Tensor diff = (mine - actor).abs().masked_select(mask);
+      CAPTURE(diff.max().item<double>(), diff.mean().item<double>());
+      CHECK(diff.max().item<double>() > 0.0);  // the bf16 forward's, not the actor's rescoring
+      CHECK(diff.max().item<double>() < 0.3);
+      CHECK(diff.mean().item<double>() < 0.05);
+      // the first half of the responses, continued: the old columns are kept, the new ones the engine's
+      DataProto half = gen;
+      for (const char* key : {"responses", "response_mask", "rollout_log_probs"})
+        half.batch.set(key, gen.batch.at(key).narrow(1, 0, 3).contiguous());
+      const int64_t P = gen.batch.at("prompts").size(1);
+      for (const char* key : {"input_ids", "attention_mask", "position_ids"})
+        half.batch.set(key, gen.batch.at(key).narrow(1, 0, P + 3).contiguous());
+      half.meta_info["response_length"] = 3;
+      DataProto more = wg.call(&ActorRolloutRefWorker::continue_sequences, half);
+      const at::Tensor lp = more.batch.at("rollout_log_probs");
+      CHECK(torch::equal(lp.narrow(1, 0, 3), half.batch.at("rollout_log_probs")));
+      const at::Tensor more_mask = more.batch.at("response_mask").narrow(1, 3, 3).to(torch::kBool);
+      const at::Tensor more_diff =
+          (lp.narrow(1, 3, 3) - actor_log_probs(wg, more, 1.0).narrow(1, 3, 3)).abs().masked_select(more_mask);
+      if (more_diff.numel() > 0) CHECK(more_diff.max().item<double>() < 0.3);
+    }
+  }
+}
+
 TEST_CASE("rollout_log_probs at another sampling temperature are compute_log_prob's at that temperature") {
   Runtime rt;
   auto wg = group(rt, 2, "actor_rollout_ref", config_with({{"fsdp_size", -1}}, {{"temperature", 0.7}}));

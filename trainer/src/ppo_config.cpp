@@ -372,6 +372,14 @@ void check_across(const PPOConfig& c) {
                  ") under the wait strategy: the rollout weights would lag more than the bound before each sync");
   const auto& rc = c.algorithm.rollout_correction;
   const Json& rollout = c.actor_rollout_ref.value("rollout", Json::object());
+  // A bf16 rollout samples from another distribution than the float32 actor trains: its mismatch is
+  // measured every step (training/rollout_probs_diff_*, the engine's own log-probs; docs/inference.md).
+  const Json rollout_dtype = rollout.value("dtype", Json("float32"));
+  if (rollout_dtype.is_string() && (rollout_dtype == "bfloat16" || rollout_dtype == "bf16") &&
+      !rollout.value("calculate_log_probs", false))
+    conflict("actor_rollout_ref.rollout.dtype",
+             "(bfloat16) needs the rollout's log-probs to measure and correct its mismatch with the actor: set "
+             "actor_rollout_ref.rollout.calculate_log_probs=true");
   if ((rc.corrects() || rc.bypass_mode) && !rollout.value("calculate_log_probs", false)) {
     const char* named = rc.bypass_mode  ? "bypass_mode"
                         : rc.rollout_is ? "rollout_is"

@@ -141,6 +141,9 @@ inference::GenerationOptions ActorRolloutRefWorker::generation_options(const Dat
   options.decode.max_batch = r.max_num_seqs;
   options.decode.gpu_memory_utilization = r.gpu_memory_utilization;
   options.decode.kv_cache_bytes = r.kv_cache_bytes.value_or(0);
+  options.decode.dtype = parallel::parse_dtype(r.dtype, "actor_rollout_ref.rollout.dtype") == at::kBFloat16
+                             ? inference::DecodeDtype::kBFloat16
+                             : inference::DecodeDtype::kModel;
   {
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(*rollout_generator_);
     std::lock_guard lock(rollout_generator_->mutex());
@@ -151,7 +154,10 @@ inference::GenerationOptions ActorRolloutRefWorker::generation_options(const Dat
 
 DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has_rows,
                                                 inference::GenerationOptions options, Handoff& handoff) {
-  options.return_log_probs = false;  // the engine chooses the tokens; rollout_log_probs scores them
+  // float32: the engine chooses the tokens and rollout_log_probs scores them with the actor's forward;
+  // bf16: the engine's own log-probs (its bf16 forward's) are the rollout's, so the mismatch with the
+  // actor is the real one (engine_log_probs)
+  options.return_log_probs = engine_log_probs(options);
   // The colocated rollout needs the whole policy: gathered unit by unit, freed after generation.
   // verl's sharding manager times this as "reshard"; the peak counts the full parameters held
   // beyond what the engine held before (the whole model once gathered).
@@ -233,7 +239,8 @@ DataProto ActorRolloutRefWorker::generate_sequences(DataProto prompts) {
                   prompts.non_tensor_batch, prompts.meta_info);
   Handoff handoff;
   DataProto out = policy_rollout(input, /*has_rows=*/true, options, handoff);
-  if (options.return_log_probs) out.batch.set("rollout_log_probs", rollout_log_probs(out, options, method.c_str()));
+  if (options.return_log_probs && !engine_log_probs(options))
+    out.batch.set("rollout_log_probs", rollout_log_probs(out, options, method.c_str()));
   stamp_weight_version(out);
   report_handoff(out, handoff);
   return out;

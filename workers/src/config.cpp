@@ -366,6 +366,11 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
   s.read("response_length", r.response_length,
          {.help = "response tokens (null: data.max_response_length)", .null_default = true, .minimum = 1});
   s.read("calculate_log_probs", r.calculate_log_probs, {.help = "return rollout_log_probs"});
+  s.read("dtype", r.dtype,
+         {.help = "decode engine precision: float32 or bfloat16 (bf16 weights and KV, fp32 sums; docs/inference.md)"});
+  if (!s.describing() && parallel::parse_dtype(r.dtype, s.key_path("dtype")) == at::kHalf)
+    throw ValueError("config key '" + s.key_path("dtype") + "' must be float32 or bfloat16 (bf16, fp32), got '" +
+                     r.dtype + "': the decode engine has no float16 path");
   s.read("seed", r.seed, {.set_by_trainer = true});  // trainer.seed; rank r samples with seed + r
   s.read("gpu_memory_utilization", r.gpu_memory_utilization,
          {.help = "CUDA: the KV pool fits in this x device memory - memory in use (vLLM's); ignored on CPU",
@@ -391,7 +396,6 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
             "cudagraph_capture_sizes",
             "load_format",
             "layered_summon",
-            "dtype",
             "ignore_eos",
             "enable_chunked_prefill",
             "enable_prefix_caching",

@@ -143,9 +143,12 @@ DataProto ActorRolloutRefWorker::continue_sequences(DataProto partial) {
   }
   Handoff handoff;
   DataProto out = policy_rollout(input, rows.numel() > 0, options, handoff);
+  at::Tensor more_lp;  // the engine's own log-probs of the new columns (bf16 rollout)
+  if (engine_log_probs(options)) more_lp = torch::zeros({B, R2}, torch::kFloat);
   if (rows.numel() > 0) {
     more.index_copy_(0, rows, out.batch.at("responses").to(more.dtype()));
     more_mask.index_copy_(0, rows, out.batch.at("response_mask").to(more_mask.dtype()));
+    if (more_lp.defined()) more_lp.index_copy_(0, rows, out.batch.at("rollout_log_probs").to(torch::kFloat));
   }
 
   const at::Tensor all_responses = torch::cat({responses, more}, 1);
@@ -163,9 +166,9 @@ DataProto ActorRolloutRefWorker::continue_sequences(DataProto partial) {
     // Each segment keeps the log-probs of the weights that generated it: the earlier columns as
     // they were, the new ones scored now (the whole batch, a collective when sharded) with the
     // current weights; ended rows have a 0 mask there, hence 0.
-    const at::Tensor now = rollout_log_probs(result, options, method.c_str());
-    result.batch.set("rollout_log_probs",
-                     torch::cat({b.at("rollout_log_probs").to(torch::kFloat), now.narrow(1, R1, R2)}, 1));
+    const at::Tensor now =
+        more_lp.defined() ? more_lp : rollout_log_probs(result, options, method.c_str()).narrow(1, R1, R2);
+    result.batch.set("rollout_log_probs", torch::cat({b.at("rollout_log_probs").to(torch::kFloat), now}, 1));
   }
   if (weight_version_) {
     // continued rows now also come from this version; rows that had ended keep their span

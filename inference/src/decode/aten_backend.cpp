@@ -38,12 +38,32 @@ at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
 
 }  // namespace
 
-AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements)
-    : model_(std::move(model)), block_size_(block_size), chunk_elements_(attention_chunk_elements) {
+AtenBackend::AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements, bool bf16)
+    : model_(model), source_(std::move(model)), block_size_(block_size), chunk_elements_(attention_chunk_elements) {
   if (!supports(model_)) {
     throw ValueError(
         "DecodeEngine (ATen backend): the model's parameters must be floating point, contiguous and on "
         "one device");
+  }
+  float_logits_ = bf16;
+  const auto& source_first = source_->model->embed_tokens->weight;
+  if (bf16 && source_first.scalar_type() != at::kBFloat16) {
+    // A copy of the model's shape in bf16 on its device; refresh_weights() fills it. Its random
+    // initialization draws from a generator of its own, not the process's default one.
+    auto generator = at::detail::getDefaultCPUGenerator();
+    at::Tensor state;
+    {
+      std::lock_guard lock(generator.mutex());
+      state = generator.get_state();
+    }
+    model_ = models::CausalLM(source_->config());
+    {
+      std::lock_guard lock(generator.mutex());
+      generator.set_state(state);
+    }
+    model_->to(source_first.device(), at::kBFloat16);
+    model_->eval();
+    cast_ = true;
   }
   const auto& c = model_->config();
   layers_ = c.num_hidden_layers;
@@ -63,6 +83,42 @@ bool AtenBackend::supports(const models::CausalLM& model) {
   return std::all_of(params.begin(), params.end(), [&](const at::Tensor& p) {
     return p.device() == device && p.scalar_type() == dtype && at::isFloatingType(dtype) && p.is_contiguous();
   });
+}
+
+int64_t AtenBackend::refresh_weights() {
+  if (!cast_) return 0;
+  torch::NoGradGuard no_grad;
+  const auto sources = source_->parameters();
+  const auto copies = model_->parameters();
+  cast_from_.resize(sources.size());
+  int64_t cast = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const auto& src = sources[i];
+    auto& from = cast_from_[i];
+    const bool current = from.source.defined() && from.source.unsafeGetTensorImpl() == src.unsafeGetTensorImpl() &&
+                         from.data == src.data_ptr() && !src.is_inference() &&
+                         from.version == static_cast<int64_t>(src._version());
+    if (current) continue;
+    if (copies[i].sizes() != src.sizes()) {
+      throw ShapeError("DecodeEngine (ATen backend): parameter " + std::to_string(i) +
+                       " changed shape since the engine was made");
+    }
+    copies[i].copy_(src);
+    from = CastSource{src, src.data_ptr(), src.is_inference() ? -1 : static_cast<int64_t>(src._version())};
+    ++cast;
+  }
+  return cast;
+}
+
+void AtenBackend::drop_weights() {
+  cast_from_.clear();
+}
+
+int64_t AtenBackend::cast_bytes() const {
+  if (!cast_) return 0;
+  int64_t bytes = 0;
+  for (const auto& p : model_->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  return bytes;
 }
 
 int64_t AtenBackend::kv_block_bytes() const {
@@ -243,6 +299,7 @@ void AtenBackend::forward(const std::vector<AtenRow>& rows) {
   const auto& head = model_->lm_head ? model_->lm_head->weight : m_.embed_tokens->weight;
   logits_ = models::onednn_linear_enabled() && cuda::onednn_linear_supported(last) ? cuda::onednn_linear(last, head)
                                                                            : F::linear(last, head);
+  if (float_logits_) logits_ = logits_.to(at::kFloat);  // bf16 engine: sampling and log-probs in float32
 }
 
 void AtenBackend::choose(const std::vector<AtenPick>& picks, const DecodeSampling& sampling,

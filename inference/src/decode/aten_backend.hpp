@@ -34,7 +34,9 @@ struct AtenPick {
 class AtenBackend {
  public:
   /// attention_chunk_elements: most key elements one layer gathers at once (DecodeEngineOptions).
-  AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements);
+  /// bf16 (DecodeDtype::kBFloat16): the forward runs on a bf16 copy of the model's parameters (the
+  /// model's own when they are bf16), its KV pool is bf16 and the logits are float32.
+  AtenBackend(models::CausalLM model, int64_t block_size, int64_t attention_chunk_elements, bool bf16 = false);
 
   /// Whether the model can run here: every parameter floating point, contiguous, on one device.
   static bool supports(const models::CausalLM& model);
@@ -42,6 +44,13 @@ class AtenBackend {
   /// Makes room for `blocks` KV blocks (kept between runs; grown, or remade when it holds more
   /// than `most` blocks) and rotary positions up to max_pos. Returns the blocks the pool holds.
   int64_t prepare(int64_t blocks, int64_t most, int64_t max_pos);
+  /// Casts the parameters that changed since the last call (another tensor, data pointer or version
+  /// counter) into the bf16 copy; returns how many. 0 without a copy (the model runs in its own dtype).
+  int64_t refresh_weights();
+  /// Forgets what was cast: the next refresh_weights() casts every parameter.
+  void drop_weights();
+  /// Bytes of the bf16 copy of the parameters (0 without one).
+  int64_t cast_bytes() const;
   /// Releases the pool, the rotary tables and the last logits; prepare() makes them again.
   void release();
   /// Bytes of one block: keys and values of every layer.
@@ -65,7 +74,17 @@ class AtenBackend {
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor linear(const at::Tensor& x, const torch::nn::Linear& layer) const;
 
-  models::CausalLM model_;
+  // A parameter of the source and what its cast copy was made from (DecodeEngine's PackedWeight rule).
+  struct CastSource {
+    at::Tensor source;
+    const void* data = nullptr;
+    int64_t version = -1;
+  };
+  models::CausalLM model_;  // the model the forward runs: the source, or its bf16 copy
+  models::CausalLM source_;
+  bool cast_ = false;  // model_ is a bf16 copy of source_
+  bool float_logits_ = false;
+  std::vector<CastSource> cast_from_;
   int64_t block_size_;
   int64_t chunk_elements_;
   int64_t peak_gather_ = 0;

@@ -35,13 +35,26 @@ const float* bias_ptr(const torch::nn::Linear& layer) {
 
 struct LayerWeights {
   const float *input_norm, *post_norm;
-  const float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;  // w*: packed (decode::pack_weight)
-  const float *wg, *bg, *wu, *bu, *wd, *bd;
+  // w*: packed (decode::pack_weight: float; decode::pack_weight_bf16: uint32_t pairs of bf16)
+  const void* wq;
+  const float* bq;
+  const void* wk;
+  const float* bk;
+  const void* wv;
+  const float* bv;
+  const void* wo;
+  const float* bo;
+  const void* wg;
+  const float* bg;
+  const void* wu;
+  const float* bu;
+  const void* wd;
+  const float* bd;
 };
 
 struct Weights {
   const float* embed = nullptr;
-  const float* head = nullptr;  // packed
+  const void* head = nullptr;  // packed
   const float* final_norm = nullptr;
   std::vector<LayerWeights> layers;
 };
@@ -64,7 +77,7 @@ std::vector<at::Tensor> linear_weights(models::CausalLM& model) {
 }
 
 // packed[i]: the packed copy of linear_weights(model)[i].
-Weights weights_of(models::CausalLM& model, const std::vector<const float*>& packed) {
+Weights weights_of(models::CausalLM& model, const std::vector<const void*>& packed) {
   Weights w;
   auto& m = *model->model;
   w.embed = ptr(m.embed_tokens->weight);
@@ -75,7 +88,7 @@ Weights weights_of(models::CausalLM& model, const std::vector<const float*>& pac
     auto* layer = item->as<models::DecoderLayerImpl>();
     auto& a = *layer->self_attn;
     auto& f = *layer->mlp;
-    const float* const* p = packed.data() + i;
+    const void* const* p = packed.data() + i;
     i += 7;
     w.layers.push_back(LayerWeights{ptr(layer->input_layernorm->weight), ptr(layer->post_attention_layernorm->weight),
                                     p[0], bias_ptr(a.q_proj), p[1], bias_ptr(a.k_proj), p[2], bias_ptr(a.v_proj), p[3],
@@ -177,8 +190,10 @@ struct DecodeEngine::State {
   // Rotary tables (positions, head_dim), computed by the model's own RotaryEmbedding.
   at::Tensor cos, sin;
 
-  // Packed weights, in linear_weights order, refreshed at the start of every run.
+  // Packed weights, in linear_weights order, refreshed at the start of every run: float32, or bf16
+  // pairs (DecodeDtype::kBFloat16 on the CPU kernels).
   std::vector<PackedWeight> packed;
+  bool bf16 = false;
 
   // Scratch, grown when a pass has more rows than any before (never per step afterwards).
   std::vector<float> x, xn, q, k, v, att, gate, up, logits, rotate_tmp;
@@ -187,9 +202,12 @@ struct DecodeEngine::State {
   std::vector<int64_t> logit_rows;     // the rows of a pass that need logits, in order
   int64_t row_capacity = 0, logit_capacity = 0;
 
-  float* layer_keys(int64_t layer) { return kv.data_ptr<float>() + (2 * layer) * kv_blocks * block_size * kvdim(); }
-  float* layer_values(int64_t layer) {
-    return kv.data_ptr<float>() + (2 * layer + 1) * kv_blocks * block_size * kvdim();
+  // The pool's elements: float32, or bf16 (uint16_t) when the engine runs in bf16.
+  int64_t kv_element_bytes() const { return bf16 ? 2 : 4; }
+  // Layer `layer`'s keys (which 0) or values (1), as bytes.
+  char* layer_kv(int64_t layer, int which) {
+    const int64_t elements = (2 * layer + which) * kv_blocks * block_size * kvdim();
+    return static_cast<char*>(kv.data_ptr()) + elements * kv_element_bytes();
   }
   int64_t block_size = 16;
 
@@ -228,8 +246,10 @@ DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
   auto& s = *state_;
   if (options_.backend == DecodeBackend::kAten ||
       (options_.backend == DecodeBackend::kAuto && !kernels_support(model))) {
-    s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size, options_.attention_chunk_elements);
+    s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size, options_.attention_chunk_elements,
+                                                   options_.dtype == DecodeDtype::kBFloat16);
   }
+  s.bf16 = !s.aten && options_.dtype == DecodeDtype::kBFloat16;
   s.d = c.hidden_size;
   s.layers = c.num_hidden_layers;
   s.heads = c.num_attention_heads;
@@ -245,6 +265,7 @@ DecodeEngine::~DecodeEngine() = default;
 
 void DecodeEngine::drop_packed_weights() {
   state_->packed.clear();
+  if (state_->aten) state_->aten->drop_weights();
 }
 
 void DecodeEngine::free_cache() {
@@ -269,7 +290,7 @@ int64_t DecodeEngine::kv_pool_bytes() const {
 int64_t DecodeEngine::packed_bytes() const {
   int64_t bytes = 0;
   for (const auto& p : state_->packed) bytes += p.packed.defined() ? p.packed.nbytes() : 0;
-  return bytes;
+  return bytes + (state_->aten ? state_->aten->cast_bytes() : 0);
 }
 DecodeEngine::DecodeEngine(DecodeEngine&&) noexcept = default;
 DecodeEngine& DecodeEngine::operator=(DecodeEngine&&) noexcept = default;
@@ -340,8 +361,11 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   stats_ = DecodeStats{};
 
   // ---- refresh the packed weights that changed since the last run ----
-  std::vector<const float*> packed_ptrs;
-  stats_.pack_s = st.aten ? 0.0 : seconds_of([&] {
+  std::vector<const void*> packed_ptrs;
+  if (st.aten) {
+    stats_.pack_s = seconds_of([&] { stats_.packed_weights = st.aten->refresh_weights(); });
+  }
+  if (!st.aten) stats_.pack_s = seconds_of([&] {
     const auto sources = linear_weights(model_);
     st.packed.resize(sources.size());
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -349,16 +373,23 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
       auto& pw = st.packed[i];
       if (!pw.current(src)) {
         const int64_t out = src.size(0), in = src.size(1);
-        const int64_t size = decode::packed_size(in, out);
-        if (!pw.packed.defined() || pw.packed.numel() != size) pw.packed = at::empty({size}, at::kFloat);
-        decode::pack_weight(src.data_ptr<float>(), in, out, pw.packed.data_ptr<float>());
+        const int64_t size = st.bf16 ? decode::packed_bf16_words(in, out) : decode::packed_size(in, out);
+        const auto dtype = st.bf16 ? at::kInt : at::kFloat;  // bf16: one 32-bit word per pair
+        if (!pw.packed.defined() || pw.packed.numel() != size || pw.packed.scalar_type() != dtype) {
+          pw.packed = at::empty({size}, dtype);
+        }
+        if (st.bf16) {
+          decode::pack_weight_bf16(src.data_ptr<float>(), in, out, static_cast<uint32_t*>(pw.packed.data_ptr()));
+        } else {
+          decode::pack_weight(src.data_ptr<float>(), in, out, pw.packed.data_ptr<float>());
+        }
         pw.source = src;
         pw.data = src.data_ptr();
         pw.version = src.is_inference() ? -1 : static_cast<int64_t>(src._version());
         pw.shape = src.sizes().vec();
         ++stats_.packed_weights;
       }
-      packed_ptrs.push_back(pw.packed.data_ptr<float>());
+      packed_ptrs.push_back(pw.packed.data_ptr());
     }
   });
   const auto w = st.aten ? Weights{} : weights_of(model_, packed_ptrs);
@@ -448,7 +479,7 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   // positions; with prefix sharing the prompt's full blocks are held once for all n. Admission
   // reserves them, so the pool is never short mid-run.
   const int64_t block_bytes =
-      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * static_cast<int64_t>(sizeof(float));
+      st.aten ? st.aten->kv_block_bytes() : st.layers * 2 * bs * kvdim * st.kv_element_bytes();
   stats_.kv_block_bytes = block_bytes;
   std::vector<int64_t> own_blocks(requests.size()), shared_blocks(requests.size());
   auto size_blocks = [&](const DecodeRequest& r, size_t i) {
@@ -499,7 +530,8 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     st.kv_blocks = st.aten->prepare(blocks, most, max_pos);
   } else if (blocks > st.kv_blocks || st.kv_blocks > most || !st.kv.defined()) {
     st.kv = at::Tensor();  // the old pool goes before the new one is allocated
-    st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim}, at::TensorOptions().dtype(at::kFloat));
+    st.kv = at::empty({st.layers * 2 * blocks * bs * kvdim},
+                      at::TensorOptions().dtype(st.bf16 ? at::kShort : at::kFloat));  // bf16 as raw 16-bit words
     st.kv_blocks = blocks;
     // Transparent huge pages: a step reads each row's blocks at scattered places of the pool.
     decode::advise_huge_pages(st.kv.data_ptr(), st.kv.nbytes());
@@ -556,14 +588,24 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
     for (int64_t r = 0; r < R; ++r) {
       std::memcpy(x + r * st.d, w.embed + rows[r].token * st.d, static_cast<size_t>(st.d) * sizeof(float));
     }
+    // x W^T + b on a packed weight, in the engine's dtype.
+    auto linear = [&](const float* in_rows, int64_t ldx, const void* packed, const float* bias, int64_t in,
+                      int64_t out, float* y, int64_t ldy, bool accumulate, int64_t rows) {
+      if (st.bf16) {
+        decode::linear_bf16(in_rows, ldx, rows, static_cast<const uint32_t*>(packed), bias, in, out, y, ldy,
+                            accumulate);
+      } else {
+        decode::linear(in_rows, ldx, rows, static_cast<const float*>(packed), bias, in, out, y, ldy, accumulate);
+      }
+    };
     for (int64_t l = 0; l < st.layers; ++l) {
       const auto& L = w.layers[static_cast<size_t>(l)];
       decode::rms_norm_rows(x, nullptr, R, L.input_norm, st.d, st.eps, xn);
-      decode::linear(xn, st.d, R, L.wq, L.bq, st.d, qdim, q, qdim, false);
-      decode::linear(xn, st.d, R, L.wk, L.bk, st.d, kvdim, k, kvdim, false);
-      decode::linear(xn, st.d, R, L.wv, L.bv, st.d, kvdim, v, kvdim, false);
-      float* keys = st.layer_keys(l);
-      float* values = st.layer_values(l);
+      linear(xn, st.d, L.wq, L.bq, st.d, qdim, q, qdim, false, R);
+      linear(xn, st.d, L.wk, L.bk, st.d, kvdim, k, kvdim, false, R);
+      linear(xn, st.d, L.wv, L.bv, st.d, kvdim, v, kvdim, false, R);
+      char* keys = st.layer_kv(l, 0);
+      char* values = st.layer_kv(l, 1);
       decode::parallel_for(0, R, row_grain, [&](int64_t r0, int64_t r1) {
         float* tmp = st.rotate_tmp.data() + at::get_thread_num() * D;
         for (int64_t r = r0; r < r1; ++r) {
@@ -575,23 +617,42 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
           const int64_t slot = static_cast<int64_t>(st.tables[static_cast<size_t>(r)][row.index / bs]) * bs * kvdim +
                                (row.index % bs) * D;
           for (int64_t h = 0; h < st.kv_heads; ++h) {
-            std::memcpy(keys + slot + h * bs * D, k + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
-            std::memcpy(values + slot + h * bs * D, v + r * kvdim + h * D, static_cast<size_t>(D) * sizeof(float));
+            const float* kh = k + r * kvdim + h * D;
+            const float* vh = v + r * kvdim + h * D;
+            if (st.bf16) {
+              auto* kb = reinterpret_cast<uint16_t*>(keys) + slot + h * bs * D;
+              auto* vb = reinterpret_cast<uint16_t*>(values) + slot + h * bs * D;
+              for (int64_t d = 0; d < D; ++d) {
+                kb[d] = decode::to_bf16(kh[d]);
+                vb[d] = decode::to_bf16(vh[d]);
+              }
+            } else {
+              std::memcpy(reinterpret_cast<float*>(keys) + slot + h * bs * D, kh,
+                          static_cast<size_t>(D) * sizeof(float));
+              std::memcpy(reinterpret_cast<float*>(values) + slot + h * bs * D, vh,
+                          static_cast<size_t>(D) * sizeof(float));
+            }
           }
         }
       });
-      decode::attend_rows(q, keys, values, st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
-      decode::linear(att, qdim, R, L.wo, L.bo, qdim, st.d, x, st.d, true);
+      if (st.bf16) {
+        decode::attend_rows_bf16(q, reinterpret_cast<const uint16_t*>(keys), reinterpret_cast<const uint16_t*>(values),
+                                 st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
+      } else {
+        decode::attend_rows(q, reinterpret_cast<const float*>(keys), reinterpret_cast<const float*>(values),
+                            st.tables.data(), st.lengths.data(), R, st.heads, st.kv_heads, D, bs, att);
+      }
+      linear(att, qdim, L.wo, L.bo, qdim, st.d, x, st.d, true, R);
       decode::rms_norm_rows(x, nullptr, R, L.post_norm, st.d, st.eps, xn);
-      decode::linear(xn, st.d, R, L.wg, L.bg, st.d, st.inter, gate, st.inter, false);
-      decode::linear(xn, st.d, R, L.wu, L.bu, st.d, st.inter, up, st.inter, false);
+      linear(xn, st.d, L.wg, L.bg, st.d, st.inter, gate, st.inter, false, R);
+      linear(xn, st.d, L.wu, L.bu, st.d, st.inter, up, st.inter, false, R);
       decode::silu_mul(gate, up, R * st.inter);
-      decode::linear(gate, st.inter, R, L.wd, L.bd, st.inter, st.d, x, st.d, true);
+      linear(gate, st.inter, L.wd, L.bd, st.inter, st.d, x, st.d, true, R);
     }
     // Final norm and logits for the rows that need them, packed.
     const auto j = static_cast<int64_t>(st.logit_rows.size());
     decode::rms_norm_rows(x, st.logit_rows.data(), j, w.final_norm, st.d, st.eps, xn);
-    decode::linear(xn, st.d, j, w.head, nullptr, st.d, st.vocab, st.logits.data(), st.vocab, false);
+    linear(xn, st.d, w.head, nullptr, st.d, st.vocab, st.logits.data(), st.vocab, false, j);
   };
 
   // ---- token choice ----
@@ -823,11 +884,13 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
           const int32_t copy = st.pool.allocate();
           const int32_t from = src.blocks[static_cast<size_t>(full)];
           if (st.aten) st.aten->copy_positions(from, copy, src.length % bs);
-          const auto count = static_cast<size_t>((src.length % bs) * D) * sizeof(float);  // per head
+          const int64_t e = st.kv_element_bytes();
+          const auto count = static_cast<size_t>((src.length % bs) * D * e);  // per head
           for (int64_t l = 0; !st.aten && l < st.layers; ++l) {
-            for (float* base : {st.layer_keys(l), st.layer_values(l)}) {
+            for (char* base : {st.layer_kv(l, 0), st.layer_kv(l, 1)}) {
               for (int64_t h = 0; h < st.kv_heads; ++h) {
-                std::memcpy(base + (copy * st.kv_heads + h) * bs * D, base + (from * st.kv_heads + h) * bs * D, count);
+                std::memcpy(base + (copy * st.kv_heads + h) * bs * D * e, base + (from * st.kv_heads + h) * bs * D * e,
+                            count);
               }
             }
           }

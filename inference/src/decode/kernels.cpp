@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string_view>
+#include <vector>
 #include <utility>
 
 #ifdef _OPENMP
@@ -44,8 +48,12 @@ constexpr int kMaxTilePanels = 3;
 // NP * 16 sums. next, lines: cache lines to fetch while the tile computes, one per k step (and a
 // second past `in` steps): the next group's panels, so that they come from memory while this
 // group's row tiles run (tiles of one group after the first read its panels from the cache).
-using TileFn = void (*)(const float* x, int64_t ldx, const float* p, int64_t in, float* out, const char* next,
-                        int64_t lines);
+// E: the element of x and of the packed panels: float, or uint32_t (a pair of bf16, linear_bf16) with
+// `in` counting the pairs.
+template <class E>
+using TileFnOf = void (*)(const E* x, int64_t ldx, const E* p, int64_t in, float* out, const char* next,
+                          int64_t lines);
+using TileFn = TileFnOf<float>;
 
 // ---- portable build --------------------------------------------------------------------
 template <int M, int NP>
@@ -355,18 +363,20 @@ bool use_avx2() {
 // panels(m) panels; the output is split into groups of `group` panels (the unit of threading and
 // of the row loop: a group's panels are read from memory by its first row tile and from the
 // cache by the others).
-struct Shapes {
+template <class E>
+struct ShapesOf {
   int rows, group;
   int panels[kMaxTileRows + 1];
-  TileFn fn[kMaxTileRows + 1][kMaxTilePanels + 1];
+  TileFnOf<E> fn[kMaxTileRows + 1][kMaxTilePanels + 1];
 };
+using Shapes = ShapesOf<float>;
 
-template <template <int, int> class K, int M, int NP>
-void fill_one(Shapes& s) {
+template <template <int, int> class K, int M, int NP, class S>
+void fill_one(S& s) {
   s.fn[M][NP] = &K<M, NP>::run;
 }
-template <template <int, int> class K, int... Ms>
-void fill(Shapes& s, std::integer_sequence<int, Ms...>) {
+template <template <int, int> class K, class S, int... Ms>
+void fill(S& s, std::integer_sequence<int, Ms...>) {
   ((fill_one<K, Ms + 1, 1>(s), fill_one<K, Ms + 1, 2>(s), fill_one<K, Ms + 1, 3>(s)), ...);
 }
 
@@ -423,7 +433,9 @@ const Shapes& shapes(Isa isa) {
   return portable;
 }
 
-void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias,
+// in: the elements of a row of x and of a panel's k steps (bf16 pairs for E = uint32_t).
+template <class E>
+void linear_impl(const ShapesOf<E>& sh, const E* x, int64_t ldx, int64_t rows, const E* packed, const float* bias,
                  int64_t in, int64_t out, float* y, int64_t ldy, bool accumulate) {
   const int64_t panels = (out + kPanel - 1) / kPanel;
   const int64_t panel_floats = in * kPanel;
@@ -435,7 +447,7 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
   // find them in the cache: instead the row tiles of each group fetch the next group's panels
   // (of the same thread), a share each, so that the stream overlaps the arithmetic.
   const int64_t tiles = (rows + sh.rows - 1) / sh.rows;
-  const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(float)) / 64;
+  const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(E)) / 64;
   const int64_t group_lines = sh.group * panel_lines;
   const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
   parallel_for(0, panels, grain, [&](int64_t run0, int64_t run1) {
@@ -467,6 +479,128 @@ void linear_impl(const Shapes& sh, const float* x, int64_t ldx, int64_t rows, co
       }
     }
   });
+}
+
+// ---- bf16 GEMM (linear_bf16) ------------------------------------------------------------
+// A packed bf16 panel holds, per pair of k, one 32-bit word per output column: bf16(w[o, 2 kp]) in
+// the low half, bf16(w[o, 2 kp + 1]) in the high half (vdpbf16ps's operand layout); x is converted to
+// the same pairs. Every output is the chain acc = acc + x1 w1, then acc = acc + x0 w0 per pair, from
+// acc = 0, rounded to float32 after each add (vdpbf16ps's definition in the Intel SDM, round to
+// nearest even); the products of two bf16 are exact in float32, so the portable build computes the
+// same chain with plain float arithmetic. The hardware also treats bf16 denormal inputs as 0 and
+// flushes denormal results, which the portable build does not: they differ only there.
+
+float bf16_low(uint32_t pair) {
+  return from_bf16(static_cast<uint16_t>(pair & 0xFFFFU));
+}
+float bf16_high(uint32_t pair) {
+  return from_bf16(static_cast<uint16_t>(pair >> 16));
+}
+
+template <int M, int NP>
+struct Bf16Portable {
+  static void run(const uint32_t* x, int64_t ldx, const uint32_t* p, int64_t in2, float* out, const char*,
+                  int64_t) {
+    constexpr int W = NP * kPanel;
+    float acc[M][W] = {};
+    const int64_t stride = in2 * kPanel;
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      for (int m = 0; m < M; ++m) {
+        const uint32_t xw = x[m * ldx + kp];
+        const float x0 = bf16_low(xw), x1 = bf16_high(xw);
+        for (int n = 0; n < NP; ++n) {
+          const uint32_t* w = p + n * stride + kp * kPanel;
+          for (int j = 0; j < kPanel; ++j) {
+            float a = acc[m][n * kPanel + j];
+            a = a + x1 * bf16_high(w[j]);
+            acc[m][n * kPanel + j] = a + x0 * bf16_low(w[j]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      for (int j = 0; j < W; ++j) out[m * W + j] = acc[m][j];
+    }
+  }
+};
+
+#ifdef HYFLOW_DECODE_X86
+// One zmm (16 outputs, 32 bf16 of a panel's k pair) per panel: M * NP accumulators (at most 24).
+template <int M, int NP>
+struct Bf16Avx512 {
+  __attribute__((target("avx512f,avx512bf16"))) static void run(const uint32_t* x, int64_t ldx, const uint32_t* p,
+                                                                 int64_t in2, float* out, const char* next,
+                                                                 int64_t lines) {
+    __m512 acc[M][NP];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_setzero_ps();
+    }
+    const int64_t stride = in2 * kPanel;
+#pragma GCC unroll 2
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      __m512i w[NP];
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) {
+        const uint32_t* pk = p + n * stride + kp * kPanel;
+        _mm_prefetch(reinterpret_cast<const char*>(pk + kPrefetchAhead * kPanel), _MM_HINT_T0);
+        w[n] = _mm512_loadu_si512(pk);
+      }
+      fetch_next(next, lines, kp, in2);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[m * ldx + kp]));
+#pragma GCC unroll 4
+        for (int n = 0; n < NP; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)w[n], (__m512bh)xv);
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 4
+      for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + (m * NP + n) * kPanel, acc[m][n]);
+    }
+  }
+};
+
+bool cpu_bf16_dot() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+#else
+bool cpu_bf16_dot() {
+  return false;
+}
+#endif
+
+// HYFLOW_DECODE_BF16=portable turns vdpbf16ps off for the process (allow_bf16_dot(true) turns it on again).
+std::atomic<bool> g_bf16_dot_allowed{[] {
+  const char* env = std::getenv("HYFLOW_DECODE_BF16");
+  return env == nullptr || std::string_view(env) != "portable";
+}()};
+
+const ShapesOf<uint32_t>& bf16_shapes(bool dot) {
+  static const ShapesOf<uint32_t> portable = [] {
+    ShapesOf<uint32_t> s{.rows = 4, .group = 2, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 2;
+    fill<Bf16Portable>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+#ifdef HYFLOW_DECODE_X86
+  static const ShapesOf<uint32_t> avx512 = [] {
+    // 8 x 3 panels = 24 zmm accumulators, as the float32 AVX-512 build.
+    ShapesOf<uint32_t> s{.rows = 8, .group = 3, .panels = {}, .fn = {}};
+    for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 3;
+    fill<Bf16Avx512>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    return s;
+  }();
+  if (dot) return avx512;
+#endif
+  (void)dot;
+  return portable;
 }
 
 #ifdef HYFLOW_DECODE_X86
@@ -620,19 +754,23 @@ void attend_impl(const float* q, const float* k, const float* v, const int32_t* 
 
 // Keys of `n` positions of one kv head in a block against `nq` query heads (q: nq x dim):
 // sc[j * ld + i] = dot(q_j, key_i) / scale, maxes[j] = max(maxes[j], sc) in position order.
-using ScoresFn = void (*)(const float* q, int64_t nq, const float* keys, int64_t n, int64_t dim, float scale, float* sc,
+// KV: the cache's element, float or uint16_t (bf16, attend_rows_bf16).
+template <class KV = float>
+using ScoresFn = void (*)(const float* q, int64_t nq, const KV* keys, int64_t n, int64_t dim, float scale, float* sc,
                           int64_t ld, float* maxes);
 // scores[s] = exp(scores[s] - max) for s < n; returns their sum (each build's order).
 using ExpFn = float (*)(float* scores, int64_t n, float max);
 // acc[j * dim + d] += p[j * ld + i] * value_i[d] for i < n in order, query heads j < nq; query head j
 // reads the values of kv head j / group: value_i at values + (j / group) * head_floats + i * dim.
-using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const float* values, int64_t head_floats,
+template <class KV = float>
+using WsumFn = void (*)(const float* p, int64_t ld, int64_t nq, int64_t group, const KV* values, int64_t head_floats,
                         int64_t n, int64_t dim, float* acc);
 
+template <class KV = float>
 struct AttentionOps {
-  ScoresFn scores;
+  ScoresFn<KV> scores;
   ExpFn exp_shift;
-  WsumFn wsum;
+  WsumFn<KV> wsum;
 };
 
 // A ScoresFn on one key at a time through Dot (dot_portable, or dot_avx2: out of line, so the
@@ -899,13 +1037,13 @@ __attribute__((target("avx512f,avx2,fma"))) void wsum_avx512(const float* p, int
 }
 #endif
 
-const AttentionOps& attention_ops(Isa isa, int64_t dim) {
-  static const AttentionOps portable{&scores_with<dot_portable>, &exp_shift_portable, &wsum_portable};
+const AttentionOps<>& attention_ops(Isa isa, int64_t dim) {
+  static const AttentionOps<> portable{&scores_with<dot_portable>, &exp_shift_portable, &wsum_portable};
 #ifdef HYFLOW_DECODE_X86
-  static const AttentionOps avx2{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx2};
-  static const AttentionOps avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
+  static const AttentionOps<> avx2{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx2};
+  static const AttentionOps<> avx512{&scores_avx512, &exp_shift_avx2, &wsum_avx512};
   // dot_avx512 covers dot_avx2's vector part only: dims with a scalar tail take dot_avx2 itself.
-  static const AttentionOps avx512_tail{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx512};
+  static const AttentionOps<> avx512_tail{&scores_with<dot_avx2>, &exp_shift_avx2, &wsum_avx512};
   if (isa == Isa::kAvx512) return dim % 8 == 0 ? avx512 : avx512_tail;
   if (isa == Isa::kAvx2) return avx2;
 #endif
@@ -914,8 +1052,137 @@ const AttentionOps& attention_ops(Isa isa, int64_t dim) {
   return portable;
 }
 
+// ---- bf16 KV (attend_rows_bf16) -----------------------------------------------------------
+// Keys and values are bf16, widened to float32 exactly; q, the scores, the softmax, p and the
+// weighted sums are float32. One arithmetic per build: the portable build's dot product is one
+// chain over d in order, the AVX-512 build's 16 chains (d mod 16) summed by _mm512_reduce_add_ps;
+// the weighted sum is, per dimension, acc = acc + p_i * v_i[d] in position order in both (the
+// vector build with fma). The two builds agree to float32 rounding, not bit for bit.
+
+void scores_bf16_portable(const float* q, int64_t nq, const uint16_t* keys, int64_t n, int64_t dim, float scale,
+                          float* sc, int64_t ld, float* maxes) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* key = keys + i * dim;
+      float acc = 0.0F;
+      for (int64_t d = 0; d < dim; ++d) acc += qj[d] * from_bf16(key[d]);
+      sj[i] = acc / scale;
+      max = std::max(max, sj[i]);
+    }
+    maxes[j] = max;
+  }
+}
+
+void wsum_bf16_portable(const float* p, int64_t ld, int64_t nq, int64_t group, const uint16_t* values,
+                        int64_t head_floats, int64_t n, int64_t dim, float* acc) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const uint16_t* head = values + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* vs = head + i * dim;
+      for (int64_t d = 0; d < dim; ++d) a[d] += pj[i] * from_bf16(vs[d]);
+    }
+  }
+}
+
+#ifdef HYFLOW_DECODE_X86
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// 16 bf16 (the lanes of `mask`; 0 elsewhere) widened to float32.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 load_bf16(const uint16_t* p, __mmask16 mask) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void scores_bf16_avx512(const float* q, int64_t nq,
+                                                                           const uint16_t* keys, int64_t n,
+                                                                           int64_t dim, float scale, float* sc,
+                                                                           int64_t ld, float* maxes) {
+  const int64_t full = dim / 16 * 16;
+  const auto tail = static_cast<__mmask16>((1U << (dim - full)) - 1U);
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* qj = q + j * dim;
+    float* sj = sc + j * ld;
+    float max = maxes[j];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t* key = keys + i * dim;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t d = 0; d < full; d += 16) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qj + d), load_bf16(key + d, 0xFFFF), acc);
+      }
+      if (full < dim) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, qj + full), load_bf16(key + full, tail), acc);
+      sj[i] = _mm512_reduce_add_ps(acc) / scale;
+      max = std::max(max, sj[i]);
+    }
+    maxes[j] = max;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void wsum_bf16_avx512(const float* p, int64_t ld, int64_t nq,
+                                                                         int64_t group, const uint16_t* values,
+                                                                         int64_t head_floats, int64_t n, int64_t dim,
+                                                                         float* acc) {
+  for (int64_t j = 0; j < nq; ++j) {
+    const float* pj = p + j * ld;
+    const uint16_t* head = values + (j / group) * head_floats;
+    float* a = acc + j * dim;
+    for (int64_t d = 0; d < dim; d += 64) {  // up to 4 registers of accumulators per pass over the positions
+      __m512 r[4];
+      __mmask16 m[4];
+      const int nv = static_cast<int>(std::min<int64_t>(4, (dim - d + 15) / 16));
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const int64_t left = dim - d - 16 * v;
+        m[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left > 0 ? static_cast<__mmask16>((1U << left) - 1U) : 0;
+        r[v] = v < nv ? _mm512_maskz_loadu_ps(m[v], a + d + 16 * v) : _mm512_setzero_ps();
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const __m512 pi = _mm512_set1_ps(pj[i]);
+        const uint16_t* vs = head + i * dim + d;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          if (v < nv) r[v] = _mm512_fmadd_ps(pi, load_bf16(vs + 16 * v, m[v]), r[v]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        if (v < nv) _mm512_mask_storeu_ps(a + d + 16 * v, m[v], r[v]);
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+bool cpu_avx512bw() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+#endif
+
+// The bf16 KV ops: AVX-512 when the kernel build is AVX-512 (and the CPU has AVX-512 BW), else portable.
+const AttentionOps<uint16_t>& attention_ops_bf16(Isa isa) {
+  static const AttentionOps<uint16_t> portable{&scores_bf16_portable, &exp_shift_portable, &wsum_bf16_portable};
+#ifdef HYFLOW_DECODE_X86
+  static const AttentionOps<uint16_t> avx512{&scores_bf16_avx512, &exp_shift_avx2, &wsum_bf16_avx512};
+  if (isa == Isa::kAvx512 && cpu_avx512bw()) return avx512;
+#endif
+  (void)isa;
+  return portable;
+}
+
+template <class KV>
 struct RowsAttention {
-  const float *q, *k, *v;
+  const float* q;
+  const KV *k, *v;
   const int32_t* const* tables;
   const int64_t* lengths;
   int64_t heads, kv_heads, dim, block_size;
@@ -930,8 +1197,9 @@ constexpr int64_t kAttentionAheadBytes = 12288;
 // row's consecutive kv heads. Each segment reads its keys block by block (in a block, head by head),
 // then its values the same way: the walk yields those runs ("chunks": one kv head's positions in one
 // block) in that order, so that a second walk ahead of the work can fetch what comes next.
+template <class KV>
 struct Walk {
-  const RowsAttention* a;
+  const RowsAttention<KV>* a;
   int64_t unit, end;
   int64_t row = 0, g0 = 0, span = 0, len = 0;
   int kind = 2;  // 0: keys, 1: values, 2: between segments
@@ -949,8 +1217,8 @@ struct Walk {
     block = pos = head = 0;
     return true;
   }
-  // The next chunk's first float and its floats; false past the end.
-  bool next_chunk(const float*& p, int64_t& floats) {
+  // The next chunk's first element and its elements; false past the end.
+  bool next_chunk(const KV*& p, int64_t& floats) {
     for (;;) {
       if (kind == 2 && !next_segment()) return false;
       if (pos >= len) {
@@ -972,18 +1240,20 @@ struct Walk {
 };
 
 // Fetches the chunks a walk yields, a fixed number ahead of the work.
+template <class KV>
 struct Prefetcher {
-  Walk walk;
+  Walk<KV> walk;
   void fetch() {
-    const float* p = nullptr;
+    const KV* p = nullptr;
     int64_t floats = 0;
-    if (walk.next_chunk(p, floats)) fetch_lines(p, floats * static_cast<int64_t>(sizeof(float)));
+    if (walk.next_chunk(p, floats)) fetch_lines(p, floats * static_cast<int64_t>(sizeof(KV)));
   }
 };
 
 // Row `row`'s query heads of kv heads [g0, g0 + span). scratch: span * group * (length + 1) floats.
-void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row, int64_t g0, int64_t span,
-                    float* scratch, Prefetcher& ahead) {
+template <class KV>
+void attend_segment(const AttentionOps<KV>& ops, const RowsAttention<KV>& a, int64_t row, int64_t g0, int64_t span,
+                    float* scratch, Prefetcher<KV>& ahead) {
   const int64_t len = a.lengths[row];
   const int32_t* table = a.tables[row];
   const int64_t group = a.heads / a.kv_heads, dim = a.dim, bs = a.block_size;
@@ -994,12 +1264,12 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   float* maxes = scratch + nq * len;
   std::fill(maxes, maxes + nq, -std::numeric_limits<float>::infinity());
   const float scale = std::sqrt(static_cast<float>(dim));
-  auto at = [&](const float* base, int64_t b) {
+  auto at = [&](const KV* base, int64_t b) {
     return base + static_cast<int64_t>(table[b]) * block_floats + g0 * head_floats;
   };
   for (int64_t b = 0, s = 0; s < len; ++b) {
     const int64_t n = std::min(bs, len - s);
-    const float* keys = at(a.k, b);
+    const KV* keys = at(a.k, b);
     for (int64_t g = 0; g < span; ++g) {
       ahead.fetch();
       ops.scores(q + g * group * dim, group, keys + g * head_floats, n, dim, scale, sc + g * group * len + s, len,
@@ -1015,7 +1285,7 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   std::fill(out, out + nq * dim, 0.0F);
   for (int64_t b = 0, s = 0; s < len; ++b) {
     const int64_t n = std::min(bs, len - s);
-    const float* values = at(a.v, b);
+    const KV* values = at(a.v, b);
     for (int64_t g = 0; g < span; g += 2) {  // two kv heads (their query heads) per call
       const int64_t m = std::min<int64_t>(2, span - g);
       for (int64_t t = 0; t < m; ++t) ahead.fetch();
@@ -1026,7 +1296,8 @@ void attend_segment(const AttentionOps& ops, const RowsAttention& a, int64_t row
   }
 }
 
-void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t rows) {
+template <class KV>
+void attend_rows_impl(const AttentionOps<KV>& ops, const RowsAttention<KV>& a, int64_t rows) {
   // Units (row, kv head) in row-major order, split over the threads into contiguous runs of about
   // equal cost (positions read, plus a few for the per-unit work).
   const int64_t units = rows * a.kv_heads;
@@ -1044,7 +1315,7 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     cost += a.lengths[u / a.kv_heads] + 4;
   }
   const int64_t group = a.heads / a.kv_heads;
-  const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk_bytes = a.block_size * a.dim * static_cast<int64_t>(sizeof(KV));
   const int64_t ahead_chunks = std::max<int64_t>(1, (kAttentionAheadBytes + chunk_bytes - 1) / chunk_bytes);
   const int64_t* bound = bounds.data();  // the caller's (bounds is per thread)
   parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
@@ -1052,8 +1323,8 @@ void attend_rows_impl(const AttentionOps& ops, const RowsAttention& a, int64_t r
     const size_t need = static_cast<size_t>(a.kv_heads * group * (max_len + 1));
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t t = t0; t < t1; ++t) {
-      Walk work{&a, bound[t], bound[t + 1]};
-      Prefetcher ahead{Walk{&a, bound[t], bound[t + 1]}};
+      Walk<KV> work{&a, bound[t], bound[t + 1]};
+      Prefetcher<KV> ahead{Walk<KV>{&a, bound[t], bound[t + 1]}};
       for (int64_t i = 0; i < ahead_chunks; ++i) ahead.fetch();
       while (work.next_segment()) {
         attend_segment(ops, a, work.row, work.g0, work.span, scratch.data(), ahead);
@@ -1137,6 +1408,74 @@ void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, cons
   linear_impl(shapes(current_isa()), x, ldx, rows, packed, bias, in, out, y, ldy, accumulate);
 }
 
+uint16_t to_bf16(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<uint16_t>((bits >> 16) | 0x0040U);  // quiet NaN
+  bits += 0x7FFFU + ((bits >> 16) & 1U);  // round to nearest even (overflow to inf as the hardware)
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float from_bf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float x = 0.0F;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+bool cpu_has_bf16_dot() {
+  return cpu_bf16_dot();
+}
+
+bool bf16_dot_enabled() {
+  return cpu_bf16_dot() && g_bf16_dot_allowed.load(std::memory_order_relaxed);
+}
+
+void allow_bf16_dot(bool allow) {
+  g_bf16_dot_allowed.store(allow);
+}
+
+int64_t packed_bf16_words(int64_t in, int64_t out) {
+  return (out + kPanel - 1) / kPanel * kPanel * ((in + 1) / 2);
+}
+
+void pack_weight_bf16(const float* w, int64_t in, int64_t out, uint32_t* packed) {
+  const int64_t panels = (out + kPanel - 1) / kPanel, in2 = (in + 1) / 2;
+  parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint32_t* dst = packed + p * in2 * kPanel;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t o = p * kPanel + j;
+        const float* row = o < out ? w + o * in : nullptr;
+        for (int64_t kp = 0; kp < in2; ++kp) {
+          const int64_t k = 2 * kp;
+          const uint32_t lo = row != nullptr ? to_bf16(row[k]) : 0U;
+          const uint32_t hi = row != nullptr && k + 1 < in ? to_bf16(row[k + 1]) : 0U;
+          dst[kp * kPanel + j] = lo | (hi << 16);
+        }
+      }
+    }
+  });
+}
+
+void linear_bf16(const float* x, int64_t ldx, int64_t rows, const uint32_t* packed, const float* bias, int64_t in,
+                 int64_t out, float* y, int64_t ldy, bool accumulate) {
+  if (rows <= 0 || out <= 0) return;
+  const int64_t in2 = (in + 1) / 2;
+  thread_local std::vector<uint32_t> xb;  // x's rows as bf16 pairs (the odd k's partner of a last k is 0)
+  xb.resize(static_cast<size_t>(rows * in2));
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * ldx;
+    uint32_t* dst = xb.data() + m * in2;
+    for (int64_t kp = 0; kp < in2; ++kp) {
+      const int64_t k = 2 * kp;
+      const uint32_t hi = k + 1 < in ? to_bf16(xr[k + 1]) : 0U;
+      dst[kp] = static_cast<uint32_t>(to_bf16(xr[k])) | (hi << 16);
+    }
+  }
+  linear_impl(bf16_shapes(bf16_dot_enabled()), xb.data(), in2, rows, packed, bias, in2, out, y, ldy, accumulate);
+}
+
 void attend(const float* q, const float* k, const float* v, const int32_t* blocks, int64_t block_size,
             int64_t block_stride, int64_t stride, int64_t length, int64_t dim, float* scores, float* out) {
   if (use_avx2()) {
@@ -1149,8 +1488,16 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
 void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
                  int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out) {
   if (rows <= 0 || heads <= 0) return;
-  const RowsAttention a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
+  const RowsAttention<float> a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
   attend_rows_impl(attention_ops(current_isa(), dim), a, rows);
+}
+
+void attend_rows_bf16(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* const* tables,
+                      const int64_t* lengths, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                      int64_t block_size, float* out) {
+  if (rows <= 0 || heads <= 0) return;
+  const RowsAttention<uint16_t> a{q, k, v, tables, lengths, heads, kv_heads, dim, block_size, out};
+  attend_rows_impl(attention_ops_bf16(current_isa()), a, rows);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

@@ -53,6 +53,37 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed);
 void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
             float* y, int64_t ldy, bool accumulate);
 
+/// bf16 (the top half of a float32) of x, rounded to nearest even; a NaN stays a quiet NaN.
+uint16_t to_bf16(float x);
+/// The float32 a bf16 stands for (exact).
+float from_bf16(uint16_t b);
+
+/// Whether the CPU has AVX-512 BF16 (vdpbf16ps: bf16 pair products summed in float32).
+bool cpu_has_bf16_dot();
+/// Whether linear_bf16 runs vdpbf16ps: the CPU has it and it is allowed (the environment variable
+/// HYFLOW_DECODE_BF16=portable disallows it at start-up; allow_bf16_dot sets it, process-wide). Else the
+/// portable build: bf16 -> float32, then the same products and sums in plain float arithmetic.
+bool bf16_dot_enabled();
+void allow_bf16_dot(bool allow);
+
+/// 32-bit words of the bf16 packed copy of an (out, in) weight: out rounded up to kPanel, times ceil(in / 2).
+int64_t packed_bf16_words(int64_t in, int64_t out);
+
+/// Packs w (out, in), row-major float32, as bf16 for linear_bf16: panel p holds outputs [16p, 16p + 16),
+/// one word per (pair of k, output): packed[p * ceil(in / 2) * 16 + (k / 2) * 16 + j] has bf16(w[16p + j, k])
+/// in its low half and bf16(w[16p + j, k + 1]) in its high half (k even; zero past in and out): the
+/// operand layout of vdpbf16ps.
+void pack_weight_bf16(const float* w, int64_t in, int64_t out, uint32_t* packed);
+
+/// linear() on a bf16 packed weight (pack_weight_bf16): x's rows are rounded to bf16, the products
+/// summed in float32, bias and the residual add (accumulate) in float32. Every output is the chain, per
+/// pair of k in order from 0, acc = acc + x[k+1] w[k+1], then acc = acc + x[k] w[k] (each product exact,
+/// each add rounded): vdpbf16ps's definition, computed with it (bf16_dot_enabled) or in plain float
+/// arithmetic; the two agree except where an input or a partial sum is a float32 denormal (the hardware
+/// flushes those to 0).
+void linear_bf16(const float* x, int64_t ldx, int64_t rows, const uint32_t* packed, const float* bias, int64_t in,
+                 int64_t out, float* y, int64_t ldy, bool accumulate);
+
 /// One query head's attention over `length` cached positions of a paged cache: position s
 /// lives in block blocks[s / block_size] at offset s % block_size; its key starts at
 /// k + block * block_stride + offset * stride (v likewise). scores: length floats of scratch.
@@ -71,6 +102,16 @@ void attend(const float* q, const float* k, const float* v, const int32_t* block
 /// in contiguous runs of about equal positions.
 void attend_rows(const float* q, const float* k, const float* v, const int32_t* const* tables, const int64_t* lengths,
                  int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim, int64_t block_size, float* out);
+
+/// attend_rows() over a bf16 cache (keys and values stored as to_bf16 of the float32 ones, same
+/// layout): each key and value widened to float32 exactly, the scores, softmax and weighted sums in
+/// float32. Its own arithmetic (not attend()'s): one in-order chain per dot product in the portable
+/// build, 16 chains summed at the end in the AVX-512 build (used when the kernel build is AVX-512 and
+/// the CPU has AVX-512 BW); the weighted sum in position order in both. The builds agree to float32
+/// rounding.
+void attend_rows_bf16(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* const* tables,
+                      const int64_t* lengths, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                      int64_t block_size, float* out);
 
 /// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up (SwiGLU's product), split over
 /// parallel_for; the AVX-512 build computes the AVX2 build's values.

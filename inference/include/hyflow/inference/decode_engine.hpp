@@ -27,6 +27,13 @@ enum class DecodeBackend {
   kAten,     ///< ATen ops on the model's own device and dtype: CUDA, bf16 / fp16, and CPU
 };
 
+/// The precision a DecodeEngine computes in (docs/inference.md, "bf16").
+enum class DecodeDtype {
+  kModel,     ///< the model's own: float32 on the CPU kernels, the parameters' dtype on ATen
+  kBFloat16,  ///< bf16 weights (CPU kernels: packed bf16, vdpbf16ps where the CPU has it; ATen: a bf16 copy of
+              ///< the parameters and a bf16 KV pool), float32 sums, norms, softmax, residual stream and logits
+};
+
 /// Free and total bytes of a device's memory (cudaMemGetInfo's pair).
 struct DeviceMemory {
   int64_t free = 0;
@@ -56,6 +63,9 @@ struct DecodeEngineOptions {
   bool share_prefix = true;           ///< the n samples of a prompt share its prefill and its full KV blocks
   int64_t max_prefill_tokens = 1024;  ///< prompt tokens admitted per step (at least one prompt)
   DecodeBackend backend = DecodeBackend::kAuto;
+  /// kBFloat16 on a float32 model: the weights are copied in bf16 once per weight version (packed at the
+  /// start of a run, like the float32 packing) and sampling reads float32 logits.
+  DecodeDtype dtype = DecodeDtype::kModel;
   int64_t kv_cache_bytes = 0;  ///< most bytes of the KV pool, any device; 0: no cap of its own
   /// > 0: the pool also fits in kv_budget_bytes(this, memory_info(device), pool held) (vLLM's
   /// rule), measured when the pool is sized. Applies where memory_info answers: CUDA models by

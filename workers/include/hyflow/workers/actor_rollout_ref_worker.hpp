@@ -151,9 +151,15 @@ class ActorRolloutRefWorker : public Worker {
   };
   /// Generates `input` (prompts on device_; `has_rows` false: this rank generates nothing) on the
   /// rollout backend, the whole policy gathered for it and freed after when sharded (a
-  /// collective then: every rank calls it). Tokens only: options.return_log_probs is ignored.
+  /// collective then: every rank calls it). Tokens only, unless engine_log_probs(options): then also
+  /// the engine's rollout_log_probs.
   DataProto policy_rollout(const DataProto& input, bool has_rows, inference::GenerationOptions options,
                            Handoff& handoff);
+  /// Whether the rollout's log-probs are the decode engine's own (bf16 rollout: the mismatch with the
+  /// actor is the one the trainer measures and corrects) rather than rollout_log_probs' rescoring.
+  static bool engine_log_probs(const inference::GenerationOptions& options) {
+    return options.return_log_probs && options.decode.dtype == inference::DecodeDtype::kBFloat16;
+  }
   /// rollout_log_probs of a rollout batch (on the CPU): the policy's log-probs of `responses`
   /// through log_probs_of with compute_log_prob's batching, at the temperature the tokens were
   /// sampled at (1 for greedy), 0 on padding. A collective under FSDP.

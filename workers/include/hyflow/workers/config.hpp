@@ -98,6 +98,10 @@ struct RolloutSection {
   int64_t prompt_length = 512;
   int64_t response_length = 512;
   bool calculate_log_probs = false;
+  /// The decode engine's precision (verl's rollout.dtype): "float32" (the model's) or "bfloat16" (bf16
+  /// weights and KV, float32 sums and logits; docs/inference.md, "bf16"); verl's spellings accepted.
+  /// bfloat16 makes rollout_log_probs the engine's own (the bf16 forward's), not the actor's rescoring.
+  std::string dtype = "float32";
   int64_t seed = 0;  ///< rank r samples with a generator seeded seed + r
   /// The decode engine's KV pool (docs/inference.md, "KV pool"): verl's keys, and hyflow's own
   /// byte cap that applies on every device (the CPU's budget: gpu_memory_utilization is for CUDA).
