@@ -1,8 +1,8 @@
 // JSONL and Parquet reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/config.hpp>
-#include <hyflow/tokenizers/bpe_tokenizer.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
+#include <hyflow/tokenizers/tokenizer_files.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/parquet.hpp>
 
@@ -291,39 +291,8 @@ DataProto SFTDataset::batch(const std::vector<int64_t>& indices) const {
       TensorDict{{"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos}, {"loss_mask", loss_mask}});
 }
 
-namespace {
-std::shared_ptr<const tokenizers::Tokenizer> read_tokenizer(const std::string& model_dir) {
-  const std::filesystem::path dir(model_dir);
-  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    const std::string file = (dir / "tokenizer_config.json").string();
-    std::ifstream in(file);
-    if (!in) throw FormatError("cannot open '" + file + "'");
-    nlohmann::json cfg;
-    try {
-      cfg = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError("'" + file + "' is not valid JSON: " + e.what());
-    }
-    if (!cfg.is_object()) throw FormatError("'" + file + "' must hold a JSON object, got " + cfg.type_name());
-    const auto cls = cfg.find("tokenizer_class");
-    if (cls != cfg.end() && !cls->is_string() && !cls->is_null())
-      throw FormatError("'" + file + "': tokenizer_class must be a string, got " + cls->dump());
-    if (cls != cfg.end() && cls->is_string() && cls->get<std::string>() == "hyflow-char") {
-      tokenizers::CharTokenizerOptions o;
-      if (cfg.contains("alphabet") && cfg.at("alphabet").is_string())
-        o.alphabet = cfg.at("alphabet").get<std::string>();
-      return std::make_shared<tokenizers::CharTokenizer>(o);
-    }
-  }
-  if (std::filesystem::exists(dir / "tokenizer.json"))
-    return std::make_shared<tokenizers::BpeTokenizer>(tokenizers::BpeTokenizer::from_file(dir / "tokenizer.json"));
-  throw FormatError("model directory '" + model_dir + "' has no tokenizer (tokenizer_config.json or tokenizer.json)");
-}
-
-}  // namespace
-
 std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& model_dir) {
-  auto tokenizer = read_tokenizer(model_dir);
+  auto tokenizer = tokenizers::read_tokenizer_files(model_dir);
   // Ids the model has no embedding row for would fail only at generation ("index out of range").
   const auto config_file = std::filesystem::path(model_dir) / "config.json";
   if (std::filesystem::exists(config_file)) {
