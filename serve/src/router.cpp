@@ -12,8 +12,8 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -286,8 +286,9 @@ struct Router::Impl {
             relay->queued = 0;
             over = relay->done;
             if (over && !relay->error.empty()) {
-              out += "data: " + error_body(503, "server_error", "", "replica " + url + " broke off: " + relay->error)
-                                    .dump(-1, ' ', false, json::error_handler_t::replace) +
+              out += "data: " +
+                     error_body(503, "server_error", "", "replica " + url + " broke off: " + relay->error)
+                         .dump(-1, ' ', false, json::error_handler_t::replace) +
                      "\n\n";
             }
           }
@@ -386,7 +387,8 @@ struct Router::Impl {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
-      send_json(res, 401, error_body(401, "authentication_error", "", "a valid bearer token is required (Authorization)"));
+      send_json(res, 401,
+                error_body(401, "authentication_error", "", "a valid bearer token is required (Authorization)"));
       return httplib::Server::HandlerResponse::Handled;
     });
     for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
@@ -425,7 +427,8 @@ Router::Router(RouterOptions options) : impl_(std::make_unique<Impl>()) {
   if (o.replicas.empty()) throw ValueError("router: no replica URLs given");
   if (o.token.empty() && !metrics::is_loopback(o.host))
     throw ValueError("router: binding " + o.host + " (not a loopback address) requires a bearer token");
-  if (o.port < 0 || o.port > 65535) throw ValueError("router: port must be in [0, 65535], got " + std::to_string(o.port));
+  if (o.port < 0 || o.port > 65535)
+    throw ValueError("router: port must be in [0, 65535], got " + std::to_string(o.port));
   if (o.max_in_flight <= 0) throw ValueError("router: max_in_flight must be > 0");
   if (o.max_sessions == 0) throw ValueError("router: max_sessions must be > 0");
   for (const auto& url : o.replicas) {

@@ -9,10 +9,10 @@
 #include <httplib.h>
 #include <catch2/catch.hpp>
 
-#include <future>
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#include <future>
 
 using namespace hyflow;
 using namespace hyflow::testing;
@@ -225,8 +225,8 @@ TEST_CASE("router: bearer token, body limit, in-flight limit, bad replica URLs")
   CHECK(no_token["error"]["type"] == "authentication_error");
   post(via, "/v1/completions", prompt, 401, {{"Authorization", "Bearer wrong"}});
   post(via, "/v1/completions", prompt, 200, {{"Authorization", "Bearer s3cret"}});
-  auto big = via.Post("/v1/completions", {{"Authorization", "Bearer s3cret"}}, std::string(8192, ' '),
-                      "application/json");
+  auto big =
+      via.Post("/v1/completions", {{"Authorization", "Bearer s3cret"}}, std::string(8192, ' '), "application/json");
   REQUIRE(big);
   CHECK(big->status == 413);
 

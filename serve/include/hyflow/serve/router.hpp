@@ -21,10 +21,10 @@ namespace hyflow::serve {
 struct RouterOptions {
   /// Base URLs of the replicas ("http://127.0.0.1:8001/v1"; "/v1" and a trailing "/" optional).
   std::vector<std::string> replicas;
-  std::string host = "127.0.0.1";  ///< loopback by default; any other address needs `token`
-  int port = 0;                    ///< 0: a free port (Router::port)
-  std::string token;               ///< bearer token every client request must carry (empty: none)
-  std::string replica_token;       ///< bearer token sent to the replicas (empty: none)
+  std::string host = "127.0.0.1";           ///< loopback by default; any other address needs `token`
+  int port = 0;                             ///< 0: a free port (Router::port)
+  std::string token;                        ///< bearer token every client request must carry (empty: none)
+  std::string replica_token;                ///< bearer token sent to the replicas (empty: none)
   size_t max_body_bytes = size_t{1} << 20;  ///< larger bodies: 413
   int64_t max_in_flight = 256;              ///< requests being forwarded; beyond: 429 with Retry-After
   size_t max_sessions = 4096;               ///< affinity entries; beyond: the least recently used is dropped
