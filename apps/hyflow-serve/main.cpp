@@ -5,11 +5,13 @@
 // --api-key-file. --enable-weight-update serves POST /v1/weights/update. --tiny serves the
 // built-in tiny model (random weights, seeded) with a character tokenizer over printable ASCII,
 // so that chat templates and tool JSON encode.
+// --replicas N serves N engine loops behind a serve::Router; --route URL,... runs only a router.
 // Runs until SIGINT or SIGTERM.
 #include <hyflow/core/error.hpp>
 #include <hyflow/metrics/server.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/serve/router.hpp>
 #include <hyflow/serve/server.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/dataset.hpp>
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace po = boost::program_options;
 namespace serve = hyflow::serve;
@@ -50,22 +53,78 @@ std::pair<hyflow::models::CausalLM, std::shared_ptr<const hyflow::tokenizers::To
   return {model, tokenizer};
 }
 
+// SIGINT / SIGTERM end the server; blocked before any thread starts so only sigwait sees them.
+sigset_t stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+void write_port_file(const po::variables_map& vm, int port) {
+  if (!vm.count("port-file")) return;
+  const auto path = vm["port-file"].as<std::string>();
+  std::ofstream(path + ".tmp") << port << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+int wait_for_signal(sigset_t signals) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cout << "hyflow-serve: stopping (signal " << sig << ")" << std::endl;
+  return 0;
+}
+
+// The router in front of `replicas` on --host / --port (--api-key-file: the clients' token and the
+// one sent to the replicas).
+serve::RouterOptions router_options(const po::variables_map& vm, std::vector<std::string> replicas) {
+  serve::RouterOptions o;
+  o.replicas = std::move(replicas);
+  o.host = vm["host"].as<std::string>();
+  o.port = vm["port"].as<int>();
+  if (vm.count("api-key-file"))
+    o.token = o.replica_token = hyflow::metrics::read_token_file(vm["api-key-file"].as<std::string>());
+  o.max_body_bytes = vm["max-body-bytes"].as<size_t>();
+  o.max_in_flight = vm["max-in-flight"].as<int64_t>() * static_cast<int64_t>(o.replicas.size());
+  return o;
+}
+
+// --route URL,URL,...: only the router, in front of servers running elsewhere.
+int route_main(const po::variables_map& vm) {
+  std::vector<std::string> urls;
+  std::stringstream list(vm["route"].as<std::string>());
+  for (std::string url; std::getline(list, url, ',');)
+    if (!url.empty()) urls.push_back(url);
+  const auto signals = stop_signals();
+  serve::Router router(router_options(vm, urls));
+  std::cout << "hyflow-serve: routing over " << urls.size() << " replica(s) at " << router.base_url() << std::endl;
+  write_port_file(vm, router.port());
+  return wait_for_signal(signals);
+}
+
 int serve_main(const po::variables_map& vm) {
+  if (vm.count("route")) return route_main(vm);
+  const int64_t replicas = vm["replicas"].as<int64_t>();
+  if (replicas < 1 || replicas > 64) throw hyflow::ValueError("--replicas must be in [1, 64]");
   hyflow::models::CausalLM model{nullptr};
   std::shared_ptr<const hyflow::tokenizers::Tokenizer> tokenizer;
   std::string name = vm["served-model-name"].as<std::string>();
-  if (vm.count("model")) {
-    const auto dir = vm["model"].as<std::string>();
-    model = hyflow::models::load_causal_lm(dir, {.dtype = at::kFloat});
-    model->eval();
-    tokenizer = hyflow::trainer::load_tokenizer(dir);
-    if (name.empty()) name = std::filesystem::path(dir).filename().string();
-  } else if (vm["tiny"].as<bool>()) {
-    std::tie(model, tokenizer) = tiny_model(vm["seed"].as<uint64_t>());
-    if (name.empty()) name = "hyflow-tiny";
-  } else {
-    throw hyflow::ValueError("give --model <folder> or --tiny");
-  }
+  // one model per replica (each engine thread owns its own)
+  auto load = [&]() -> std::pair<hyflow::models::CausalLM, std::shared_ptr<const hyflow::tokenizers::Tokenizer>> {
+    if (vm.count("model")) {
+      const auto dir = vm["model"].as<std::string>();
+      auto m = hyflow::models::load_causal_lm(dir, {.dtype = at::kFloat});
+      m->eval();
+      return {m, hyflow::trainer::load_tokenizer(dir)};
+    }
+    if (vm["tiny"].as<bool>()) return tiny_model(vm["seed"].as<uint64_t>());
+    throw hyflow::ValueError("give --model <folder>, --tiny or --route <urls>");
+  };
+  std::tie(model, tokenizer) = load();
+  if (name.empty()) name = vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>()).filename().string()
+                                             : "hyflow-tiny";
 
   serve::ServeOptions options;
   options.host = vm["host"].as<std::string>();
@@ -105,25 +164,32 @@ int serve_main(const po::variables_map& vm) {
   engine.max_batch = vm["max-batch"].as<int64_t>();
   engine.kv_cache_bytes = vm["kv-cache-bytes"].as<int64_t>();
 
-  // SIGINT / SIGTERM end the server; blocked before any thread starts so only sigwait sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  serve::EngineLoop loop(model, engine, loop_options);
-  serve::Server server(loop, tokenizer, options);
-  std::cout << "hyflow-serve: serving '" << name << "' at " << server.base_url() << std::endl;
-  if (vm.count("port-file")) {
-    const auto path = vm["port-file"].as<std::string>();
-    std::ofstream(path + ".tmp") << server.port() << "\n";
-    std::filesystem::rename(path + ".tmp", path);
+  const auto signals = stop_signals();
+  if (replicas == 1) {
+    serve::EngineLoop loop(model, engine, loop_options);
+    serve::Server server(loop, tokenizer, options);
+    std::cout << "hyflow-serve: serving '" << name << "' at " << server.base_url() << std::endl;
+    write_port_file(vm, server.port());
+    return wait_for_signal(signals);
   }
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::cout << "hyflow-serve: stopping (signal " << sig << ")" << std::endl;
-  return 0;
+  // --replicas N: N engine loops and servers on loopback ports, the router on --host / --port
+  std::vector<std::unique_ptr<serve::EngineLoop>> loops;
+  std::vector<std::unique_ptr<serve::Server>> servers;
+  std::vector<std::string> urls;
+  auto replica_options = options;
+  replica_options.host = "127.0.0.1";
+  replica_options.port = 0;
+  for (int64_t r = 0; r < replicas; ++r) {
+    auto m = r == 0 ? model : load().first;
+    loops.push_back(std::make_unique<serve::EngineLoop>(m, engine, loop_options));
+    servers.push_back(std::make_unique<serve::Server>(*loops.back(), tokenizer, replica_options));
+    urls.push_back(servers.back()->base_url());
+  }
+  serve::Router router(router_options(vm, urls));
+  std::cout << "hyflow-serve: serving '" << name << "' on " << replicas << " replicas behind " << router.base_url()
+            << std::endl;
+  write_port_file(vm, router.port());
+  return wait_for_signal(signals);
 }
 
 }  // namespace
@@ -157,7 +223,11 @@ int main(int argc, char** argv) {
        "serve POST /v1/weights/update (loads weight files named by the client; off by default)")
       ("stream-interval-ms", po::value<int>()->default_value(0),
        "streaming: gather tokens this long after a chunk's first (0: a chunk per step)")
-      ("seed", po::value<uint64_t>()->default_value(0), "seed of requests without one, and of --tiny's weights");
+      ("seed", po::value<uint64_t>()->default_value(0), "seed of requests without one, and of --tiny's weights")
+      ("replicas", po::value<int64_t>()->default_value(1),
+       "N > 1: N engine loops (one model copy each) on loopback ports behind a router on --host/--port")
+      ("route", po::value<std::string>(),
+       "URL,URL,...: only a router (session affinity, least in flight) in front of these servers' base URLs");
   // clang-format on
   po::variables_map vm;
   try {

@@ -2,14 +2,16 @@
 #include <hyflow/rollout/rollout_registry.hpp>
 
 #include "decode_rollout.hpp"
+#include "server_rollout_backend.hpp"
 
 namespace hyflow::rollout {
 namespace {
 
 NamedRegistry<RolloutFactory>& backends() {
   // the built-ins are in the table from its construction: no static-initialization order
-  static NamedRegistry<RolloutFactory> registry("rollout backend (actor_rollout_ref.rollout.name)",
-                                                {{"hf", detail::make_decode_rollout}});
+  static NamedRegistry<RolloutFactory> registry(
+      "rollout backend (actor_rollout_ref.rollout.name)",
+      {{"hf", detail::make_decode_rollout}, {"server", detail::make_server_rollout}});
   return registry;
 }
 

@@ -181,6 +181,22 @@ int64_t EngineLoop::update_weights(const std::function<void(models::CausalLM&)>&
   return version_;
 }
 
+void EngineLoop::free_cache() {
+  const std::function<void(models::CausalLM&)> release = [this](models::CausalLM&) { engine_.free_cache(); };
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return update_ == nullptr || stopping_; });
+  if (stopping_) throw Error("EngineLoop: free_cache while the loop is stopping");
+  update_ = &release;
+  update_mode_ = WeightUpdateMode::kDrain;  // freeing the cache waits for the running requests
+  update_frees_cache_ = true;
+  const int64_t target = update_done_ + 1;
+  update_error_ = nullptr;
+  cv_.notify_all();
+  cv_.wait(lk, [&] { return update_done_ >= target; });
+  update_frees_cache_ = false;
+  if (update_error_) std::rethrow_exception(update_error_);
+}
+
 bool EngineLoop::updating_weights() const {
   std::lock_guard lk(mu_);
   return update_ != nullptr;
@@ -211,13 +227,13 @@ void EngineLoop::main() {
       try {
         torch::NoGradGuard no_grad;
         (*update)(model_);
-        engine_.drop_packed_weights();
+        if (!update_frees_cache_) engine_.drop_packed_weights();
       } catch (...) {
         error = std::current_exception();
       }
       lk.lock();
       update_error_ = error;
-      if (!error) ++version_;
+      if (!error && !update_frees_cache_) ++version_;
       update_ = nullptr;
       ++update_done_;
       cv_.notify_all();

@@ -3,6 +3,7 @@
 // body, or server-sent events).
 #include <hyflow/serve/server.hpp>
 
+#include "bounded_pool.hpp"
 #include "choice_state.hpp"
 
 #include <hyflow/metrics/server.hpp>
@@ -41,56 +42,6 @@ void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0
   if (e.status() == 503 || e.status() == 429) res.set_header("Retry-After", std::to_string(std::max(1, retry_after_s)));
   send_json(res, e.status(), ojson(error_body(e)));
 }
-
-// A thread pool with a bounded queue: when every thread is busy and `capacity` connections
-// wait, the accepting thread serves the next one itself, so no more are accepted meanwhile
-// (the kernel's backlog holds them) and nothing a client does grows the queue.
-class BoundedPool : public httplib::TaskQueue {
- public:
-  BoundedPool(size_t threads, size_t capacity) : capacity_(capacity) {
-    for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-  }
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::unique_lock lk(mu_);
-      if (jobs_.size() < capacity_) {
-        jobs_.push_back(std::move(fn));
-        cv_.notify_one();
-        return;
-      }
-    }
-    fn();
-  }
-  void shutdown() override {
-    {
-      std::lock_guard lk(mu_);
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
- private:
-  void work() {
-    while (true) {
-      std::function<void()> fn;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return shutdown_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      fn();
-    }
-  }
-  size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  bool shutdown_ = false;
-};
 
 constexpr int kListenBacklog = 1024;
 
@@ -544,7 +495,7 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   }
   const auto threads =
       static_cast<size_t>(im.options.threads > 0 ? im.options.threads : loop.options().max_in_flight + 8);
-  im.http.new_task_queue = [threads] { return new BoundedPool(threads, threads); };
+  im.http.new_task_queue = [threads] { return new detail::BoundedPool(threads, threads); };
   im.http.set_payload_max_length(im.options.max_body_bytes);
   im.http.set_keep_alive_max_count(1000);
   im.http.set_keep_alive_timeout(10);

@@ -10,6 +10,7 @@
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/algos/rollout_correction.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/rollout/server_rollout.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/dynamic_sampling.hpp>
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -61,10 +63,13 @@ struct PPOTrainer::Impl {
   WorkerGroup* critic = nullptr;
   WorkerGroup* rm = nullptr;
   std::unique_ptr<AsyncPipeline> pipeline;  // trainer.v1 colocate_async / separate_async
+  // rollout.name=server: the router in front of every rollout rank's server (destroyed first)
+  std::unique_ptr<rollout::RolloutRouter> rollout_router;
   std::vector<nlohmann::json> history;
 
   explicit Impl(const Config& c) : config(c), config_tree(c.tree()), cfg(read_ppo_config(c)) {}
   void setup();
+  void start_rollout_router(const std::vector<std::string>& servers);
   std::pair<DataProto, DataProto> prepare_generation(const std::vector<int64_t>& indices,
                                                      const std::string& uid_prefix);
   DataProto with_rollout(DataProto batch, const DataProto& gen_out);
@@ -408,6 +413,20 @@ void PPOTrainer::Impl::save_checkpoint(int64_t global_step) {
   save_checkpoint_folder(cfg.trainer.local_dir(), global_step, write_roles, state, keep);
 }
 
+// The router the outside agents call (same host and token rules as the rollout servers), its URL
+// logged and written to {default_local_dir}/rollout_server.json.
+void PPOTrainer::Impl::start_rollout_router(const std::vector<std::string>& servers) {
+  rollout_router = std::make_unique<rollout::RolloutRouter>(
+      servers, rollout::server_rollout_options(cfg.actor_rollout_ref.at("rollout")));
+  const fs::path dir(cfg.trainer.local_dir());
+  fs::create_directories(dir);
+  const nlohmann::json record{{"base_url", rollout_router->base_url()}, {"replicas", servers}};
+  std::ofstream(dir / "rollout_server.json.tmp") << record.dump(2) << "\n";
+  fs::rename(dir / "rollout_server.json.tmp", dir / "rollout_server.json");
+  std::cout << "rollout server: router at " << rollout_router->base_url() << " over " << servers.size()
+            << " replica(s); written to " << (dir / "rollout_server.json").string() << std::endl;
+}
+
 int64_t PPOTrainer::Impl::load_checkpoint() {
   const auto& t = cfg.trainer;
   data->seek(0);
@@ -450,8 +469,15 @@ PPOTrainer::PPOTrainer(const Config& config) : impl_(std::make_unique<Impl>(conf
 PPOTrainer::~PPOTrainer() = default;
 
 void PPOTrainer::init_workers() {
+  std::vector<std::string> servers;  // rollout.name=server: each rollout rank's base_url
   for (const char* role : {"actor_rollout_ref", "rollout"})
-    if (WorkerGroup* g = impl_->placement->find(role)) g->call(&ActorRolloutRefWorker::init_model);
+    if (WorkerGroup* g = impl_->placement->find(role)) {
+      g->call(&ActorRolloutRefWorker::init_model);
+      const std::vector<nlohmann::json> stats = g->call(&ActorRolloutRefWorker::decode_stats);
+      for (const auto& st : stats)
+        if (st.contains("base_url")) servers.push_back(st.at("base_url").get<std::string>());
+    }
+  if (!servers.empty()) impl_->start_rollout_router(servers);
   if (impl_->critic) impl_->critic->call(&CriticWorker::init_model);
   if (impl_->rm) impl_->rm->call(&RewardModelWorker::init_model);
 }

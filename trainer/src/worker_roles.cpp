@@ -16,6 +16,11 @@ std::vector<RoleSpec> ppo_roles(const PPOConfig& c, int64_t total_steps) {
   if (!rollout.contains("prompt_length")) rollout["prompt_length"] = c.data.max_prompt_length;
   if (!rollout.contains("response_length")) rollout["response_length"] = c.data.max_response_length;
   rollout["seed"] = c.trainer.seed;
+  // the "server" backend serves the policy's own tokenizer (verl's tokenizer_path defaults likewise)
+  if (rollout.value("name", "") == "server" &&
+      (!rollout.contains("server") || !rollout["server"].contains("tokenizer_path") ||
+       rollout["server"]["tokenizer_path"].is_null()))
+    rollout["server"]["tokenizer_path"] = arr["model"].value("path", "");
   arr["actor"]["optim"]["total_training_steps"] = total_steps;
   auto check_arr = [](const Json& args) {
     (void)workers::parse_actor_rollout_ref_config(args.at("config"));

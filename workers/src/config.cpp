@@ -5,6 +5,7 @@
 
 #include <hyflow/parallel/fsdp.hpp>
 #include <hyflow/rollout/rollout_registry.hpp>
+#include <hyflow/rollout/server_rollout.hpp>
 
 #include <torch/torch.h>
 
@@ -381,6 +382,9 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
          {.help = "hyflow: most bytes of the KV pool, any device (null: no cap)", .minimum = 1});
   read_val_kwargs(s.sub("val_kwargs"), r.val_kwargs);
   read_agent_keys(s);
+  // the "server" backend reads these itself from the section the worker passes it
+  rollout::ServerRolloutOptions server;
+  rollout::read_server_rollout_options(s.sub("server"), server);
   r.log_prob.use_dynamic_bsz = actor.use_dynamic_bsz;
   r.log_prob.max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu;
   read_forward(s, r.log_prob, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz",
@@ -420,7 +424,6 @@ void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
             "quantization",
             "mtp",
             "prometheus",
-            "server",
             "nnodes",
             "n_gpus_per_node",
             "async_rollout"});

@@ -158,6 +158,9 @@ class EngineLoop {
   EngineLoopStats stats() const;
   const EngineLoopOptions& options() const { return options_; }
   int64_t vocab_size() const { return vocab_; }
+  /// verl's free_cache_engine: drains as update_weights does, then releases the engine's KV pool
+  /// and scratch on the engine thread (DecodeEngine::free_cache); the weights and their version stay.
+  void free_cache();
 
  private:
   struct Slot {
@@ -188,6 +191,7 @@ class EngineLoop {
   const std::function<void(models::CausalLM&)>* update_ = nullptr;  // the waiting weight update
   WeightUpdateMode update_mode_ = WeightUpdateMode::kDrain;
   int64_t update_done_ = 0;                                         // updates applied
+  bool update_frees_cache_ = false;  // the waiting "update" is free_cache: no version bump, packed weights kept
   int64_t version_ = 0;
   uint64_t next_row_id_ = 0;
   EngineLoopStats stats_;
