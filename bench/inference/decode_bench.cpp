@@ -518,8 +518,8 @@ std::vector<int64_t> parse_llama2c_text(const std::string& text) {
       ids.push_back(std::stoll(text.substr(i + 1, end - i - 1)));
       i = end;
     } else {
-      throw FormatError("llama2.c output: unexpected byte " + std::to_string(static_cast<unsigned char>(ch)) +
-                        " at " + std::to_string(i));
+      throw FormatError("llama2.c output: unexpected byte " + std::to_string(static_cast<unsigned char>(ch)) + " at " +
+                        std::to_string(i));
     }
   }
   return ids;
