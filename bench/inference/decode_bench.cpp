@@ -12,12 +12,16 @@
 //   continuous_batching    tokens/s with response lengths varying 10x, vs static batches
 //   decode_aten_cpu        the engine's ATen backend (the device path) vs its CPU kernels on CPU tensors
 //   decode_bf16_*          (--case bf16) the bf16 engine vs the float32 one, batch 1 / 8 / 32, alternating
-//                          rounds in one process, medians; batch 1 also vs llama2.c's recorded figure and
-//                          its bytes per token vs the roofline
+//                          rounds in one process, medians; batch 1 also vs llama2.c (its recorded figure,
+//                          or with --llama2c its run.c measured side by side) and the bytes per token vs
+//                          the roofline
 //   decode_device_*        on cuda:0 (Qwen2-0.5B shape, bf16): engine tokens/s vs a PyTorch eager loop on the
 //                          same device, and the HBM roofline fraction; one "skipped" line without a GPU
 //
 // Usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device|bf16]
+//                     [--llama2c RUN [--llama2c-dir DIR]]
+// (--llama2c: with --case bf16, karpathy/llama2.c's run.c binary RUN runs side by side at batch 1 on the
+// same weights, written with a tokenizer.bin to DIR, default /tmp; bench/inference/llama2c_peer.sh)
 // (scaling: the engine's decode-step figures of both shapes alone, without the reference
 // generate() and the token check, for repeated runs)
 // Times are CPU time of the process unless --wall or --threads above 1 (see now_s); the device
@@ -35,7 +39,16 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <hyflow/core/error.hpp>
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -48,6 +61,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -386,20 +400,214 @@ double median(std::vector<double> v) {
 }
 
 // llama2.c's run.c on this machine (issue 17: stories42M shape, batch 1, one thread, 256 tokens),
-// recorded in bench/README.md; llama2.c is not part of this repository, so it is not re-run here.
+// recorded in bench/README.md: the peer of decode_bf16_vs_llama2c without --llama2c.
 constexpr double kLlama2cTokensPerS = 179.0;
+
+// --llama2c: karpathy/llama2.c's `run` binary (not part of this repository) and the folder the
+// checkpoints and the tokenizer it reads are written to.
+struct Llama2cPeer {
+  std::string run;
+  std::string dir;
+};
+
+// Writes a tensor's float32 values to `out`.
+void write_floats(std::FILE* out, const at::Tensor& t, const std::string& path) {
+  const auto c = t.detach().to(torch::kFloat32).contiguous();
+  const auto n = static_cast<size_t>(c.numel());
+  if (std::fwrite(c.data_ptr<float>(), sizeof(float), n, out) != n) throw Error("cannot write " + path);
+}
+
+// The model as a llama2.c legacy (version 0) checkpoint: the Config header of 7 int32 (a positive
+// vocab_size: the classifier is the embedding), then float32 weights in run.c's order: embedding,
+// per-layer attention norms, wq, wk, wv, wo, ffn norms, w1 (gate), w2 (down), w3 (up), the final
+// norm and the RoPE cos / sin tables (seq_len x head_dim / 2 each). llama2.c rotates the pairs
+// (2j, 2j + 1) of a head where Hugging Face's rotate_half pairs (j, j + head_dim / 2), so wq's and
+// wk's rows are interleaved per head (llama2.c's export.py does the same to Hugging Face weights).
+void write_llama2c_checkpoint(CausalLM& model, const std::string& path) {
+  const auto& c = model->config();
+  if (!c.tie_word_embeddings || c.num_key_value_heads != c.num_attention_heads)
+    throw ValueError("llama2.c checkpoint: needs tied embeddings and as many KV heads as heads: " + path);
+  const int64_t heads = c.num_attention_heads, head_dim = c.resolved_head_dim(), dim = c.hidden_size;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!out) throw Error("cannot open " + path + " for writing: " + std::strerror(errno));
+  const std::array<int32_t, 7> header{static_cast<int32_t>(dim),
+                                      static_cast<int32_t>(c.intermediate_size),
+                                      static_cast<int32_t>(c.num_hidden_layers),
+                                      static_cast<int32_t>(heads),
+                                      static_cast<int32_t>(c.num_key_value_heads),
+                                      static_cast<int32_t>(c.vocab_size),
+                                      static_cast<int32_t>(c.max_position_embeddings)};
+  if (std::fwrite(header.data(), sizeof(int32_t), header.size(), out.get()) != header.size())
+    throw Error("cannot write " + path);
+  c10::InferenceMode inference;
+  auto& layers = model->model->layers;
+  auto each_layer = [&](const std::function<at::Tensor(DecoderLayerImpl&)>& weight) {
+    for (size_t l = 0; l < layers->size(); ++l) {
+      write_floats(out.get(), weight(*layers->ptr<DecoderLayerImpl>(l)), path);
+    }
+  };
+  auto interleaved = [&](const at::Tensor& w) {
+    return w.view({heads, 2, head_dim / 2, dim}).transpose(1, 2).reshape({heads * head_dim, dim});
+  };
+  write_floats(out.get(), model->model->embed_tokens->weight, path);
+  each_layer([](DecoderLayerImpl& l) { return l.input_layernorm->weight; });
+  each_layer([&](DecoderLayerImpl& l) { return interleaved(l.self_attn->q_proj->weight); });
+  each_layer([&](DecoderLayerImpl& l) { return interleaved(l.self_attn->k_proj->weight); });
+  each_layer([](DecoderLayerImpl& l) { return l.self_attn->v_proj->weight; });
+  each_layer([](DecoderLayerImpl& l) { return l.self_attn->o_proj->weight; });
+  each_layer([](DecoderLayerImpl& l) { return l.post_attention_layernorm->weight; });
+  each_layer([](DecoderLayerImpl& l) { return l.mlp->gate_proj->weight; });
+  each_layer([](DecoderLayerImpl& l) { return l.mlp->down_proj->weight; });
+  each_layer([](DecoderLayerImpl& l) { return l.mlp->up_proj->weight; });
+  write_floats(out.get(), model->model->norm->weight, path);
+  const auto inv_freq =
+      1.0 / torch::pow(c.rope_theta, torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim));
+  const auto angles = torch::arange(c.max_position_embeddings, torch::kFloat64).unsqueeze(1) * inv_freq.unsqueeze(0);
+  write_floats(out.get(), torch::cos(angles), path);
+  write_floats(out.get(), torch::sin(angles), path);
+  if (std::fflush(out.get()) != 0) throw Error("cannot write " + path);
+}
+
+// run.c's tokenizer.bin: max_token_length, then per token a float score, an int32 length and the
+// bytes. Token i is "[i]" except " " (kLlama2cSpace, the prompt's dummy prefix) and the letters a-z
+// (kLlama2cLetters + 0..25): a prompt of letters encodes to [" ", letters...] with no merges, and
+// the text run.c prints reads back into ids (parse_llama2c_text).
+constexpr int64_t kLlama2cSpace = 259, kLlama2cLetters = 260;
+
+std::string llama2c_piece(int64_t id) {
+  if (id == kLlama2cSpace) return " ";
+  if (id >= kLlama2cLetters && id < kLlama2cLetters + 26) {
+    return std::string(1, static_cast<char>('a' + id - kLlama2cLetters));
+  }
+  return "[" + std::to_string(id) + "]";
+}
+
+void write_llama2c_tokenizer(int64_t vocab_size, const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!out) throw Error("cannot open " + path + " for writing: " + std::strerror(errno));
+  const auto max_len = static_cast<int32_t>(llama2c_piece(vocab_size - 1).size());
+  bool ok = std::fwrite(&max_len, sizeof(max_len), 1, out.get()) == 1;
+  for (int64_t i = 0; i < vocab_size && ok; ++i) {
+    const std::string piece = llama2c_piece(i);
+    const float score = 0.0F;
+    const auto len = static_cast<int32_t>(piece.size());
+    ok = std::fwrite(&score, sizeof(score), 1, out.get()) == 1 && std::fwrite(&len, sizeof(len), 1, out.get()) == 1 &&
+         std::fwrite(piece.data(), 1, piece.size(), out.get()) == piece.size();
+  }
+  if (!ok || std::fflush(out.get()) != 0) throw Error("cannot write " + path);
+}
+
+// The ids of the text run.c printed (its pieces, the first one's leading space stripped).
+std::vector<int64_t> parse_llama2c_text(const std::string& text) {
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == ' ') {
+      ids.push_back(kLlama2cSpace);
+    } else if (ch >= 'a' && ch <= 'z') {
+      ids.push_back(kLlama2cLetters + (ch - 'a'));
+    } else if (ch == '[') {
+      const size_t end = text.find(']', i);
+      if (end == std::string::npos || end == i + 1 || end - i > 12)
+        throw FormatError("llama2.c output: unterminated token at byte " + std::to_string(i));
+      for (size_t k = i + 1; k < end; ++k) {
+        if (text[k] < '0' || text[k] > '9') {
+          throw FormatError("llama2.c output: bad token at byte " + std::to_string(i));
+        }
+      }
+      ids.push_back(std::stoll(text.substr(i + 1, end - i - 1)));
+      i = end;
+    } else {
+      throw FormatError("llama2.c output: unexpected byte " + std::to_string(static_cast<unsigned char>(ch)) + " at " +
+                        std::to_string(i));
+    }
+  }
+  return ids;
+}
+
+struct Llama2cRun {
+  double seconds = 0.0;       // CPU time of the child (wall time with --wall), load included
+  double reported_tok_s = 0;  // run.c's own "achieved tok/s" (wall clock, after its first step)
+  std::vector<int64_t> ids;   // the ids it printed: the prompt's letters, then the generated ones
+};
+
+// One greedy run of llama2.c: `steps` forward passes (BOS, the prompt, then the generated tokens).
+Llama2cRun run_llama2c(const Llama2cPeer& peer, const std::string& checkpoint, const std::string& prompt,
+                       int64_t steps) {
+  const std::string tokenizer = peer.dir + "/hyflow_tokenizer.bin", n = std::to_string(steps);
+  std::vector<std::string> args{peer.run, checkpoint, "-z", tokenizer, "-t", "0", "-s", "1", "-n", n, "-i", prompt};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) throw Error(std::string("llama2.c: pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  pid_t pid = 0;
+  const double wall0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int spawned = posix_spawn(&pid, peer.run.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (spawned != 0) {
+    close(fds[0]);
+    throw Error("llama2.c: cannot start " + peer.run + ": " + std::strerror(spawned));
+  }
+  // Its output is the prompt and the tokens (a few bytes each) and one line: bounded at 1 MiB.
+  std::string output;
+  char buffer[4096];
+  for (ssize_t got = 0; (got = read(fds[0], buffer, sizeof(buffer))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 || output.size() > (1U << 20U)) break;
+    output.append(buffer, static_cast<size_t>(got));
+  }
+  close(fds[0]);
+  int status = 0;
+  rusage usage{};
+  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
+  }
+  const double wall1 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error("llama2.c: " + peer.run + " failed (status " + std::to_string(status) + "): " + output.substr(0, 400));
+  const std::string marker = "achieved tok/s:";
+  const size_t at = output.rfind(marker);
+  if (at == std::string::npos) throw FormatError("llama2.c: no \"" + marker + "\" line in: " + output.substr(0, 400));
+  Llama2cRun r;
+  r.reported_tok_s = std::strtod(output.c_str() + at + marker.size(), nullptr);
+  r.ids = parse_llama2c_text(output.substr(0, at));
+  r.seconds = g_wall ? wall1 - wall0
+                     : static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                           1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  return r;
+}
+
+// Tokens equal up to the first difference, over a's length.
+double prefix_agreement(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t t = 0;
+  while (t < a.size() && t < b.size() && a[t] == b[t]) ++t;
+  return a.empty() ? 0.0 : static_cast<double>(t) / static_cast<double>(a.size());
+}
 
 // The bf16 engine (DecodeDtype::kBFloat16, the CPU kernels) against the float32 engine on the same
 // model: per batch, rounds that measure the decode step of both back to back (the machine's read
 // bandwidth drifts within minutes and other jobs come and go), the figures the median round's.
 // The same decode-step measure as bench_shape (runs of new_tokens and new_tokens / 2, the prefill
-// cancels).
-void bench_bf16(const Figures& f, bool quick) {
+// cancels). With a llama2.c peer, the batch-1 rounds also time its run.c on the same weights as a
+// child process, measured the same way: greedy runs that end at the same positions as the engine's
+// long and short runs (prompt_len + new_tokens - 1 forward passes), best of 3 each, the difference
+// over new_tokens / 2 (the checkpoint's load and the prompt cancel).
+void bench_bf16(const Figures& f, bool quick, const std::optional<Llama2cPeer>& peer) {
   const int64_t prompt_len = 16, new_tokens = quick ? 32 : 128;
   const int rounds = quick ? 3 : 5;
   const DecodeSampling greedy{.sampling = {.greedy = true}};
   const char* build = decode::bf16_dot_enabled() ? "vdpbf16ps" : "portable";
-  for (const auto& [name, config] : {std::pair{std::string("42M"), shape_42m()}, {std::string("110M"), shape_110m()}}) {
+  for (const auto& [name, shape] : {std::pair{std::string("42M"), shape_42m()}, {std::string("110M"), shape_110m()}}) {
+    // llama2.c's RMSNorm epsilon (the stories models'), so its run.c computes the same model
+    ModelConfig config = shape;
+    config.rms_norm_eps = 1e-5;
     torch::manual_seed(0);
     CausalLM model(config);
     for (int64_t batch : {1, 8, 32}) {
@@ -431,11 +639,64 @@ void bench_bf16(const Figures& f, bool quick) {
         return (best_of(3, [&] { e.run(long_run, greedy); }) - best_of(3, [&] { e.run(short_run, greedy); })) /
                static_cast<double>(new_tokens - new_tokens / 2);
       };
-      std::vector<double> s32, s16, ratio;
+      // llama2.c on the same weights (batch 1): the checkpoint, then its greedy tokens on the prompt
+      // [BOS, " ", a, b, ...] (prompt_len tokens) against both engines' on the same prompt.
+      const bool with_peer = peer.has_value() && batch == 1;
+      const std::string checkpoint = with_peer ? peer->dir + "/hyflow_" + name + ".bin" : std::string();
+      std::string prompt_text;
+      std::vector<int64_t> prompt{1, kLlama2cSpace};
+      for (int64_t t = 2; t < prompt_len; ++t) {
+        prompt.push_back(kLlama2cLetters + t - 2);
+        prompt_text += static_cast<char>('a' + t - 2);
+      }
+      std::vector<double> reported;
+      auto llama2c_run = [&](int64_t tokens) {
+        const int64_t steps = prompt_len + tokens - 1;  // the forward passes of the engine's run
+        auto r = run_llama2c(*peer, checkpoint, prompt_text, steps);
+        // it prints one piece per pass but the first (the stripped " "): the letters, then the tokens
+        if (static_cast<int64_t>(r.ids.size()) != steps - 1 ||
+            !std::equal(prompt.begin() + 2, prompt.end(), r.ids.begin()))
+          throw FormatError("llama2.c printed " + std::to_string(r.ids.size()) + " tokens for " +
+                            std::to_string(steps) + " steps (it stops at a generated BOS, id 1), or another prompt");
+        return r;
+      };
+      auto llama2c_step = [&] {
+        auto best = [&](int64_t tokens) {
+          double b = 1e30;
+          for (int i = 0; i < 3; ++i) {
+            const auto r = llama2c_run(tokens);
+            b = std::min(b, r.seconds);
+            if (tokens == new_tokens) reported.push_back(r.reported_tok_s);
+          }
+          return b;
+        };
+        return (best(new_tokens) - best(new_tokens / 2)) / static_cast<double>(new_tokens - new_tokens / 2);
+      };
+      nlohmann::json peer_detail = nlohmann::json::object();
+      if (with_peer) {
+        write_llama2c_checkpoint(model, checkpoint);
+        write_llama2c_tokenizer(config.vocab_size, peer->dir + "/hyflow_tokenizer.bin");
+        const auto generated = llama2c_run(new_tokens).ids;
+        const std::vector<int64_t> peer_tokens(generated.begin() + (prompt_len - 2), generated.end());
+        const std::vector<DecodeRequest> check{DecodeRequest{.prompt = prompt, .max_new_tokens = new_tokens}};
+        const auto t32 = fp32.run(check, greedy)[0].tokens, t16 = bf16.run(check, greedy)[0].tokens;
+        auto head = [](const std::vector<int64_t>& v) {
+          return std::vector<int64_t>(v.begin(), v.begin() + std::min<ptrdiff_t>(8, std::ssize(v)));
+        };
+        peer_detail = {{"llama2c_greedy_prefix_agreement_fp32", prefix_agreement(t32, peer_tokens)},
+                       {"llama2c_greedy_prefix_agreement_bf16", prefix_agreement(t16, peer_tokens)},
+                       {"llama2c_first_tokens", head(peer_tokens)},
+                       {"fp32_first_tokens", head(t32)}};
+      }
+      std::vector<double> s32, s16, ratio, speedup_l2, fp32_vs_l2, sl;
       for (int r = 0; r < (batch == 1 ? rounds : std::max(1, rounds - 2)); ++r) {
         s32.push_back(step_of(fp32));
         s16.push_back(step_of(bf16));
         ratio.push_back(s32.back() / s16.back());
+        if (!with_peer) continue;
+        sl.push_back(llama2c_step());
+        speedup_l2.push_back(sl.back() / s16.back());
+        fp32_vs_l2.push_back(sl.back() / s32.back());
       }
       const double step32 = median(s32), step16 = median(s16), speedup = median(ratio);
       const auto b = static_cast<double>(batch);
@@ -465,7 +726,20 @@ void bench_bf16(const Figures& f, bool quick) {
             {"bandwidth_gbs", f.bandwidth},
             {"packed_bytes_bf16", bf16.packed_bytes()},
             {"packed_bytes_fp32", fp32.packed_bytes()}});
-      if (name == "42M") {
+      if (with_peer) {
+        const double step_l2 = median(sl);
+        peer_detail.update({{"goal", name == "42M" ? nlohmann::json(1.8) : nlohmann::json()},
+                            {"fp32_engine_vs_llama2c", median(fp32_vs_l2)},
+                            {"rounds", sl.size()},
+                            {"ratio_rounds", speedup_l2},
+                            {"llama2c_step_ms", step_l2 * 1e3},
+                            {"llama2c_reported_tok_s", median(reported)},
+                            {"llama2c_steps", prompt_len + new_tokens - 1}});
+        emit("decode_bf16_vs_llama2c",
+             c + ", bf16 engine (value) vs llama2.c run.c float32 (peer), measured side by side", 1.0 / step16,
+             "tokens/s", "llama2.c run.c (" + peer->run + "), measured side by side, same weights", 1.0 / step_l2,
+             median(speedup_l2), peer_detail);
+      } else if (name == "42M") {
         emit("decode_bf16_vs_llama2c", c + ", bf16 engine (value) vs llama2.c run.c float32 (peer)", 1.0 / step16,
              "tokens/s", "llama2.c run.c, issue 17's recorded figure (not re-run)", kLlama2cTokensPerS,
              1.0 / step16 / kLlama2cTokensPerS,
@@ -750,6 +1024,8 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool quick = false;
   std::string only;
+  std::optional<Llama2cPeer> peer;
+  std::string peer_dir = "/tmp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
@@ -760,11 +1036,23 @@ int main(int argc, char** argv) {
       g_wall = true;
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--llama2c" && i + 1 < argc) {
+      peer = Llama2cPeer{.run = argv[++i], .dir = {}};
+    } else if (a == "--llama2c-dir" && i + 1 < argc) {
+      peer_dir = argv[++i];
     } else {
       std::cerr
-          << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device|bf16]\n";
+          << "usage: decode_bench [--threads N] [--quick] [--wall] [--case gemm|42m|110m|scaling|aten|device|bf16]"
+             " [--llama2c RUN [--llama2c-dir DIR]]\n";
       return 2;
     }
+  }
+  if (peer) {
+    if (only != "bf16") {
+      std::cerr << "decode_bench: --llama2c goes with --case bf16\n";
+      return 2;
+    }
+    peer->dir = peer_dir;
   }
   torch::set_num_threads(threads);
   // Process CPU time adds up every thread's: past one thread only wall time says how long a step took.
@@ -800,7 +1088,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only == "bf16") {
-    bench_bf16(f, quick);
+    bench_bf16(f, quick, peer);
     return 0;
   }
   if (only.empty()) bench_gemm();
