@@ -8,13 +8,13 @@
 #include <hyflow/agents/agent_config.hpp>
 #include <hyflow/agents/tool.hpp>
 #include <hyflow/models/checkpoint.hpp>
-#include <hyflow/tokenizers/chat_template.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
+#include <hyflow/tokenizers/chat_template.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -110,8 +110,11 @@ const fs::path& tool_model() {
     }
     std::cout << "tool model: memorized the trajectory (" << T << " ids) in " << step << " steps\n";
     models::save_pretrained(*model, config, dir.path);
-    Json tc = {{"tokenizer_class", "hyflow-char"}, {"alphabet", chat_chars().alphabet},
-               {"special_tokens", chat_chars().special_tokens}, {"eos_token", "<|im_end|>"}, {"pad_token", "<pad>"}};
+    Json tc = {{"tokenizer_class", "hyflow-char"},
+               {"alphabet", chat_chars().alphabet},
+               {"special_tokens", chat_chars().special_tokens},
+               {"eos_token", "<|im_end|>"},
+               {"pad_token", "<pad>"}};
     std::ofstream(dir.path / "tokenizer_config.json") << tc.dump();
     return true;
   }();
@@ -125,17 +128,28 @@ TEST_CASE("GRPO with multi_turn.enable: tool_agent rollouts call the calculator,
   const fs::path& model = tool_model();
   testing::TempDir out("agent_trainer");
   trainer::Config c;
-  c.apply_arguments({"--algorithm.adv_estimator=grpo", "--actor_rollout_ref.model.path=" + model.string(),
-                     "--data.max_prompt_length=8", "--data.max_response_length=160", "--data.train_batch_size=4",
-                     "--data.synthetic.train_size=16", "--data.synthetic.val_size=4", "--data.synthetic.max_operand=9",
-                     "--actor_rollout_ref.actor.ppo_mini_batch_size=4", "--actor_rollout_ref.actor.optim.lr=1e-6",
-                     "--actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "--actor_rollout_ref.rollout.n=2",
-                     "--actor_rollout_ref.rollout.temperature=0.05", "--actor_rollout_ref.rollout.prompt_length=1024",
+  c.apply_arguments({"--algorithm.adv_estimator=grpo",
+                     "--actor_rollout_ref.model.path=" + model.string(),
+                     "--data.max_prompt_length=8",
+                     "--data.max_response_length=160",
+                     "--data.train_batch_size=2",
+                     "--data.synthetic.train_size=16",
+                     "--data.synthetic.val_size=2",
+                     "--data.synthetic.max_operand=9",
+                     "--actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                     "--actor_rollout_ref.actor.optim.lr=1e-6",
+                     "--actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                     "--actor_rollout_ref.rollout.n=2",
+                     "--actor_rollout_ref.rollout.temperature=0.05",
+                     "--actor_rollout_ref.rollout.prompt_length=1024",
                      "--actor_rollout_ref.rollout.multi_turn.enable=true",
                      "--actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
                      std::string("--actor_rollout_ref.rollout.multi_turn.tool_config_path=") + AGENT_TOOL_CONFIG,
-                     "--trainer.n_gpus_per_node=2", "--trainer.total_training_steps=2", "--trainer.test_freq=2",
-                     "--trainer.logger=['jsonl']", "--trainer.default_local_dir=" + out.path.string()});
+                     "--trainer.n_gpus_per_node=2",
+                     "--trainer.total_training_steps=2",
+                     "--trainer.test_freq=2",
+                     "--trainer.logger=['jsonl']",
+                     "--trainer.default_local_dir=" + out.path.string()});
   trainer::PPOTrainer t(c);
   t.init_workers();
   t.fit();
