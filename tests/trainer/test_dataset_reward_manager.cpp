@@ -139,6 +139,40 @@ TEST_CASE("arithmetic task: deterministic in the seed, sums as ground truth") {
   CHECK(differs);
 }
 
+TEST_CASE("multiplication task: 4-digit operands, products as ground truth, held-out problems never in training") {
+  SyntheticTask train{.task = "multiplication", .size = 3000, .max_operand = 4, .seed = 1};
+  SyntheticTask val = train;
+  val.size = 400;
+  val.seed = 1 + 7919;
+  val.held_out = true;
+  const auto rows = load_samples("", train), held = load_samples("", val);
+  REQUIRE(rows.size() == 3000);
+  REQUIRE(held.size() == 400);
+  std::set<std::string> seen;
+  for (const auto& s : rows) {
+    const auto star = s.prompt.find('*');
+    const int64_t a = std::stoll(s.prompt.substr(0, star)), b = std::stoll(s.prompt.substr(star + 1));
+    CHECK((a >= 1000 && a <= 9999 && b >= 1000 && b <= 9999));
+    CHECK(s.prompt == std::to_string(a) + "*" + std::to_string(b) + "=");
+    CHECK(s.ground_truth == std::to_string(a * b));
+    CHECK(s.response == std::to_string(a * b));
+    CHECK(s.data_source == "arithmetic");
+    CHECK(!multiplication_held_out(a, b));
+    seen.insert(s.prompt);
+  }
+  for (const auto& s : held) {
+    const auto star = s.prompt.find('*');
+    CHECK(multiplication_held_out(std::stoll(s.prompt.substr(0, star)), std::stoll(s.prompt.substr(star + 1))));
+    CHECK(seen.count(s.prompt) == 0);
+  }
+  // the split is the pair's, not the seed's: a held-out draw with the training seed is still disjoint
+  val.seed = train.seed;
+  for (const auto& s : load_samples("", val)) CHECK(seen.count(s.prompt) == 0);
+  CHECK(make_multiplication_task(50, 4, 9, false)[7].prompt == make_multiplication_task(50, 4, 9, false)[7].prompt);
+  CHECK_THROWS_WITH(make_multiplication_task(5, 10, 1, false), Catch::Contains("data.synthetic.max_operand"));
+  CHECK_THROWS_AS(make_multiplication_task(5, 0, 1, false), ValueError);
+}
+
 TEST_CASE("char_count task: verl-recipe prompts, a spelled-out count, the count as ground truth") {
   const auto a = make_char_count_task(200, 8, 3), b = make_char_count_task(200, 8, 3),
              c = make_char_count_task(200, 8, 4);
@@ -288,6 +322,42 @@ TEST_CASE("naive manager puts the score at the last valid response token") {
   CHECK(out.reward_tensor[0][0].item<float>() == 1.0f);
   CHECK(out.reward_tensor[0].sum().item<float>() == 1.0f);
   CHECK(out.reward_tensor[1].sum().item<float>() == 0.0f);
+}
+
+TEST_CASE("agent rollouts are scored on the model's last turn, never on a tool's output") {
+  // Each response is turns of (text, response_mask): the model's call, the tool's answer 6 (mask 0), the model's end.
+  const std::vector<std::vector<std::pair<std::string, int64_t>>> rows = {
+      {{"c 2*3 ", 1}, {"6 ", 0}, {"6", 1}},      // answers 6 after the tool: right
+      {{"c 2*3 ", 1}, {"6 ", 0}, {"five", 1}},   // no number in its last turn: wrong
+      {{"c 2*3 ", 1}, {"6", 0}},                 // cut after the tool turn: no answer
+      {{"6", 1}}};                               // no tool call
+  auto tok = char_tok();
+  const int64_t B = 4, P = 4, T = 16;
+  auto p = torch::full({B, P}, tok->pad_token_id(), torch::kLong);
+  auto r = torch::full({B, T}, tok->pad_token_id(), torch::kLong);
+  auto mask = torch::zeros({B, P + T}, torch::kLong), response_mask = torch::zeros({B, T}, torch::kLong);
+  dataproto::Column ds, rm_col, turns;
+  for (int64_t i = 0; i < B; ++i) {
+    const auto pi = tok->encode("2*3=");
+    for (int64_t t = 0; t < P; ++t) p[i][t] = pi[static_cast<size_t>(t)], mask[i][t] = 1;
+    int64_t t = 0;
+    for (const auto& [text, m] : rows[static_cast<size_t>(i)])
+      for (int64_t id : tok->encode(text)) r[i][t] = id, mask[i][P + t] = 1, response_mask[i][t++] = m;
+    ds.emplace_back("arithmetic");
+    rm_col.push_back({{"ground_truth", "6"}});
+    turns.emplace_back(static_cast<int64_t>(rows[static_cast<size_t>(i)].size()) + 1);
+  }
+  dataproto::NonTensorBatch nt{{"data_source", ds}, {"reward_model", rm_col}};
+  RewardManager rm(tok, {});
+  const DataProto single(TensorDict{{"prompts", p}, {"responses", r}, {"attention_mask", mask}}, nt);
+  // without the agent columns the whole response is the answer, as before
+  CHECK(rm(single).reward_tensor.sum(-1).equal(torch::tensor({1.0F, 1.0F, 1.0F, 1.0F})));
+  nt["__num_turns__"] = turns;
+  const DataProto agent(
+      TensorDict{{"prompts", p}, {"responses", r}, {"attention_mask", mask}, {"response_mask", response_mask}}, nt);
+  const auto out = rm(agent).reward_tensor;
+  CHECK(out.sum(-1).equal(torch::tensor({1.0F, 0.0F, 0.0F, 1.0F})));
+  CHECK(out[0][8].item<float>() == 1.0F);  // at the last valid id, as for a single turn
 }
 
 TEST_CASE("dapo manager: overlong penalty from the buffer and acc logged") {

@@ -1,4 +1,5 @@
-// JSONL and Parquet reading, the built-in tasks (arithmetic, char_count) and tokenization of RL/SFT rows.
+// JSONL and Parquet reading, the built-in tasks (arithmetic, multiplication, char_count) and tokenization
+// of RL/SFT rows.
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/config.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
@@ -132,6 +133,42 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
   return out;
 }
 
+bool multiplication_held_out(int64_t a, int64_t b) {
+  uint64_t x = static_cast<uint64_t>(a) * 1000003ULL + static_cast<uint64_t>(b);  // splitmix64's finalizer
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return (x ^ (x >> 31)) % 10 == 0;
+}
+
+std::vector<Sample> make_multiplication_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
+                                             double correct_fraction) {
+  if (count < 0) throw ValueError("multiplication task: count must be >= 0, got " + std::to_string(count));
+  if (digits < 1 || digits > 9)
+    throw ValueError("multiplication task: the operand digits (data.synthetic.max_operand) must be in 1..9, got " +
+                     std::to_string(digits));
+  int64_t low = 1;
+  for (int64_t i = 1; i < digits; ++i) low *= 10;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> operand(digits == 1 ? 0 : low, low * 10 - 1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> offset(1, 9);
+  std::vector<Sample> out;
+  out.reserve(static_cast<size_t>(count));
+  while (static_cast<int64_t>(out.size()) < count) {
+    const int64_t a = operand(rng), b = operand(rng);
+    if (multiplication_held_out(a, b) != held_out) continue;
+    Sample s;
+    s.prompt = std::to_string(a) + "*" + std::to_string(b) + "=";
+    s.data_source = "arithmetic";
+    s.ground_truth = std::to_string(a * b);
+    const bool correct = unit(rng) < correct_fraction;
+    s.response = std::to_string(correct ? a * b : a * b + offset(rng));
+    s.extra_info = {{"index", static_cast<int64_t>(out.size())}, {"split", held_out ? "held_out" : "train"}};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed, double correct_fraction) {
   if (count < 0) throw ValueError("char_count task: count must be >= 0, got " + std::to_string(count));
   if (max_length < 5)
@@ -189,8 +226,11 @@ std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& 
       return make_arithmetic_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
     if (synthetic.task == "char_count")
       return make_char_count_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.correct_fraction);
+    if (synthetic.task == "multiplication")
+      return make_multiplication_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.held_out,
+                                      synthetic.correct_fraction);
     throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task +
-                     "' (arithmetic, char_count)");
+                     "' (arithmetic, char_count, multiplication)");
   }
   std::vector<Sample> out;
   std::stringstream ss(files);

@@ -133,7 +133,8 @@ void PPOTrainer::Impl::setup() {
   train_data = std::make_unique<RLDataset>(load_samples(d.train_files, task, d.prompt_key), tokenizer, dopt);
   SyntheticTask val_task = task;
   val_task.size = d.synthetic.val_size;
-  val_task.seed = task.seed + 7919;  // a different draw than the training set
+  val_task.seed = task.seed + 7919;
+  val_task.held_out = true;  // a different draw than the training set
   val_data = std::make_unique<RLDataset>(load_samples(d.val_files, val_task, d.prompt_key), tokenizer, dopt);
   if (d.train_batch_size > train_data->size())
     throw ValueError("config key 'data.train_batch_size' (" + std::to_string(d.train_batch_size) +

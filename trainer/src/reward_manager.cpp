@@ -3,6 +3,8 @@
 #include <hyflow/core/named_registry.hpp>
 #include <hyflow/trainer/reward_manager.hpp>
 
+#include <torch/torch.h>
+
 #include <iostream>
 
 namespace hyflow::trainer {
@@ -65,6 +67,12 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
   const int64_t B = responses.size(0), P = prompts.size(1), T = responses.size(1);
   const auto valid_prompt = mask.narrow(1, 0, P).sum(-1);
   const auto valid_resp = mask.narrow(1, P, T).sum(-1);
+  // Agent rollouts (agents::agent_outputs_to_batch) score the model's last turn: the ids after
+  // the last tool or user turn (response_mask 0), not the tool's output.
+  at::Tensor turn_mask;
+  if (data.non_tensor_batch.find("__num_turns__") != data.non_tensor_batch.end() &&
+      data.batch.contains("response_mask"))
+    turn_mask = data.batch.at("response_mask").to(torch::kLong).contiguous();
   const dataproto::Column& sources = column(data, "data_source");
   const dataproto::Column& rms = column(data, "reward_model");
   auto extra_it = data.non_tensor_batch.find("extra_info");
@@ -76,7 +84,17 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
   const std::string eos_text = tokenizer_->decode({tokenizer_->eos_token_id()});
   for (int64_t r = 0; r < B; ++r) {
     const int64_t vr = valid_resp[r].item<int64_t>();
-    std::string solution = tokenizer_->decode(row_ids(responses[r].contiguous(), 0, vr), skip_special);
+    int64_t last_turn = 0;
+    if (turn_mask.defined()) {
+      const at::Tensor row = turn_mask[r];
+      auto m = row.accessor<int64_t, 1>();
+      for (int64_t t = vr; t > 0; --t)
+        if (m[t - 1] == 0) {
+          last_turn = t;
+          break;
+        }
+    }
+    std::string solution = tokenizer_->decode(row_ids(responses[r].contiguous(), last_turn, vr), skip_special);
     if (!skip_special) strip_suffix(solution, eos_text);
     solution_strs.push_back(std::move(solution));
     const auto& src = sources.at(static_cast<size_t>(r));

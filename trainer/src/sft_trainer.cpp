@@ -149,6 +149,7 @@ SFTResult run_sft(const Config& c) {
   SyntheticTask vtask = task;
   vtask.size = c.get_int("data.synthetic.val_size");
   vtask.seed = task.seed + 7919;
+  vtask.held_out = true;
   vtask.correct_fraction = 1.0;
   auto val_rows = load_samples(c.get_string("data.val_files"), vtask, pk, rk);
   SFTDataset train(train_rows, tok, max_length, c.get_string("data.truncation"));

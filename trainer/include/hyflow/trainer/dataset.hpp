@@ -57,15 +57,29 @@ std::vector<Sample> make_arithmetic_task(int64_t count, int64_t max_operand, uin
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed,
                                          double correct_fraction = 1.0);
 
+/// The built-in multiplication task (issue 29's tool task): "a*b=" with `digits`-digit operands
+/// (4: 1000..9999, a product no tiny model computes in its head) and the product as ground truth
+/// and SFT response, data_source "arithmetic" (its scorer). Each pair belongs to one split by a
+/// fixed hash of (a, b), about one pair in ten held out: `held_out` draws only held-out pairs, else
+/// only training pairs, so validation problems never occur in training whatever the seeds.
+/// Deterministic in `seed`; correct_fraction as for arithmetic. digits outside 1..9:
+/// hyflow::ValueError naming data.synthetic.max_operand.
+std::vector<Sample> make_multiplication_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
+                                             double correct_fraction = 1.0);
+/// Whether the multiplication task's pair (a, b) is in the held-out split.
+bool multiplication_held_out(int64_t a, int64_t b);
+
 /// Rows of a file list ("a.jsonl,train.parquet"; a file starting with Parquet's magic "PAR1"
 /// is read as Parquet, any other as JSONL) or, when `files` is empty, of the built-in task
-/// (`task` arithmetic or char_count; `max_operand` is char_count's longest word).
+/// (`task` arithmetic, char_count or multiplication; `max_operand` is char_count's longest word,
+/// multiplication's operand digits; `held_out` picks multiplication's held-out split).
 struct SyntheticTask {
   std::string task = "arithmetic";
   int64_t size = 0;
   int64_t max_operand = 99;
   uint64_t seed = 0;
   double correct_fraction = 1.0;
+  bool held_out = false;  ///< the validation draw (multiplication: pairs disjoint from training's)
 };
 std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
                                  const std::string& prompt_key = "prompt", const std::string& response_key = "");

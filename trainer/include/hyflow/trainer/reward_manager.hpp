@@ -68,7 +68,10 @@ class RewardManager {
  public:
   RewardManager(std::shared_ptr<const tokenizers::Tokenizer> tokenizer, RewardManagerOptions options);
   /// Needs responses, prompts, attention_mask and non-tensor data_source, reward_model
-  /// ({"ground_truth"}); extra_info optional. KeyError naming a missing column.
+  /// ({"ground_truth"}); extra_info optional. KeyError naming a missing column. An agent rollout
+  /// (a __num_turns__ column and a response_mask) is scored on the model's last turn: the response
+  /// ids after the last one with response_mask 0 (a tool or user turn), so a tool's output is
+  /// never taken for the answer; a trajectory that ends on a tool turn scores an empty answer.
   RewardOutput operator()(const DataProto& data) const;
   const RewardManagerOptions& options() const { return options_; }
 
