@@ -1,4 +1,5 @@
 #include <hyflow/inference/generation.hpp>
+#include <hyflow/inference/rollout_batch.hpp>
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/cuda/log_probs.hpp>
@@ -166,28 +167,8 @@ DataProto generate_decode(models::CausalLM& model, const DataProto& prompts, con
   if (!engine) engine = &fresh.emplace(model, options.decode);
   const auto samples = engine->run(requests, sampling);
 
-  const int64_t N = B * n;
-  auto responses = torch::full({N, R}, pad_id, torch::kLong);
-  auto response_mask = torch::zeros({N, R}, torch::kLong);
-  auto log_probs = torch::zeros({N, R}, torch::kFloat);
-  auto resp_a = responses.accessor<int64_t, 2>();
-  auto rmask_a = response_mask.accessor<int64_t, 2>();
-  auto lp_a = log_probs.accessor<float, 2>();
-  for (int64_t i = 0; i < N; ++i) {
-    const auto& s = samples[static_cast<size_t>(i)];
-    for (size_t t = 0; t < s.tokens.size(); ++t) {
-      resp_a[i][static_cast<int64_t>(t)] = s.tokens[t];
-      rmask_a[i][static_cast<int64_t>(t)] = 1;
-      if (options.return_log_probs) lp_a[i][static_cast<int64_t>(t)] = s.log_probs[t];
-    }
-  }
-  if (n > 1) {
-    prompt_ids = prompt_ids.repeat_interleave(n, 0);
-    prompt_mask = prompt_mask.repeat_interleave(n, 0);
-    prompt_pos = prompt_pos.repeat_interleave(n, 0);
-  }
-  auto out = rollout_batch(prompts, prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
-                           options.return_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
+  auto out = rollout_batch_from_samples(prompts, prompt_ids, prompt_mask, prompt_pos, samples, n, R, pad_id,
+                                       options.return_log_probs);
   if (!device.is_cpu()) out.to(device);
   return out;
 }
@@ -212,6 +193,41 @@ DataProto generate_with(models::CausalLM& model, const DataProto& prompts, const
 }
 
 }  // namespace
+
+DataProto rollout_batch_from_samples(const DataProto& prompts, const at::Tensor& prompt_ids,
+                                     const at::Tensor& prompt_mask, const at::Tensor& prompt_pos,
+                                     const std::vector<DecodeOutput>& samples, int64_t n, int64_t response_length,
+                                     int64_t pad_id, bool with_log_probs) {
+  const int64_t N = prompt_ids.size(0) * n, R = response_length;
+  if (static_cast<int64_t>(samples.size()) != N)
+    throw ShapeError("rollout_batch_from_samples: " + std::to_string(samples.size()) + " samples for " +
+                     std::to_string(prompt_ids.size(0)) + " prompts x n = " + std::to_string(n));
+  auto responses = torch::full({N, R}, pad_id, torch::kLong);
+  auto response_mask = torch::zeros({N, R}, torch::kLong);
+  auto log_probs = torch::zeros({N, R}, torch::kFloat);
+  auto resp_a = responses.accessor<int64_t, 2>();
+  auto rmask_a = response_mask.accessor<int64_t, 2>();
+  auto lp_a = log_probs.accessor<float, 2>();
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& s = samples[static_cast<size_t>(i)];
+    if (static_cast<int64_t>(s.tokens.size()) > R)
+      throw ShapeError("rollout_batch_from_samples: sample " + std::to_string(i) + " has " +
+                       std::to_string(s.tokens.size()) + " tokens, more than the response length " + std::to_string(R));
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      resp_a[i][static_cast<int64_t>(t)] = s.tokens[t];
+      rmask_a[i][static_cast<int64_t>(t)] = 1;
+      if (with_log_probs) lp_a[i][static_cast<int64_t>(t)] = s.log_probs[t];
+    }
+  }
+  auto ids = prompt_ids, mask = prompt_mask, pos = prompt_pos;
+  if (n > 1) {
+    ids = ids.repeat_interleave(n, 0);
+    mask = mask.repeat_interleave(n, 0);
+    pos = pos.repeat_interleave(n, 0);
+  }
+  return rollout_batch(prompts, ids, mask, pos, responses, response_mask,
+                       with_log_probs ? std::optional<at::Tensor>(log_probs) : std::nullopt, n);
+}
 
 DataProto generate(models::CausalLM& model, const DataProto& prompts, const GenerationOptions& options) {
   return generate_with(model, prompts, options, nullptr);

@@ -5,6 +5,7 @@
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/dataproto/position_ids.hpp>
+#include <hyflow/inference/rollout_batch.hpp>
 #include <hyflow/metrics/server.hpp>
 #include <hyflow/rollout/server_rollout.hpp>
 #include <hyflow/serve/engine_loop.hpp>
@@ -87,11 +88,6 @@ int64_t int_or(const json& config, const char* key, int64_t fallback) {
              : fallback;
 }
 
-// One prompt row's answer: each sample's tokens and log-probs.
-struct RowAnswer {
-  std::vector<std::vector<int64_t>> tokens;
-  std::vector<std::vector<float>> log_probs;
-};
 
 class ServerRollout final : public RolloutBackend {
  public:
@@ -187,49 +183,10 @@ class ServerRollout final : public RolloutBackend {
     }
 
     Released open(*this);  // decoding is allowed while the call runs
-    const auto answers = ask(rows, options);
+    const auto samples = ask(rows, options);
     const int64_t pad_id = options.pad_token_id >= 0 ? options.pad_token_id : model_->config().resolved_pad_token_id();
-    const int64_t N = B * n;
-    auto responses = torch::full({N, R}, pad_id, torch::kLong);
-    auto response_mask = torch::zeros({N, R}, torch::kLong);
-    auto log_probs = torch::zeros({N, R}, torch::kFloat);
-    auto resp_a = responses.accessor<int64_t, 2>();
-    auto rmask_a = response_mask.accessor<int64_t, 2>();
-    auto lp_a = log_probs.accessor<float, 2>();
-    for (int64_t b = 0; b < B; ++b) {
-      const auto& a = answers[static_cast<size_t>(b)];
-      for (int64_t s = 0; s < n; ++s) {
-        const auto& tokens = a.tokens[static_cast<size_t>(s)];
-        const auto& lps = a.log_probs[static_cast<size_t>(s)];
-        const int64_t i = b * n + s;
-        for (size_t t = 0; t < tokens.size(); ++t) {
-          resp_a[i][static_cast<int64_t>(t)] = tokens[t];
-          rmask_a[i][static_cast<int64_t>(t)] = 1;
-          if (options.return_log_probs) lp_a[i][static_cast<int64_t>(t)] = lps[t];
-        }
-      }
-    }
-    if (n > 1) {
-      prompt_ids = prompt_ids.repeat_interleave(n, 0);
-      prompt_mask = prompt_mask.repeat_interleave(n, 0);
-      prompt_pos = prompt_pos.repeat_interleave(n, 0);
-    }
-    // inference::generate's layout: positions continue each row's last prompt position
-    auto response_pos =
-        prompt_pos.select(1, P - 1).unsqueeze(1) + torch::arange(1, R + 1, prompt_pos.options()).unsqueeze(0);
-    TensorDict batch{
-        {"prompts", prompt_ids},
-        {"responses", responses},
-        {"input_ids", torch::cat({prompt_ids, responses}, 1)},
-        {"attention_mask", torch::cat({prompt_mask, response_mask}, 1)},
-        {"position_ids", torch::cat({prompt_pos, response_pos}, 1)},
-        {"response_mask", response_mask},
-    };
-    if (options.return_log_probs) batch.set("rollout_log_probs", log_probs);
-    dataproto::NonTensorBatch columns;
-    if (!prompts.non_tensor_batch.empty())
-      columns = DataProto(TensorDict::with_batch_size(B), prompts.non_tensor_batch).repeat(n, true).non_tensor_batch;
-    DataProto out(std::move(batch), std::move(columns), prompts.meta_info);
+    auto out = inference::rollout_batch_from_samples(prompts, prompt_ids, prompt_mask, prompt_pos, samples, n, R,
+                                                     pad_id, options.return_log_probs);
     if (!device.is_cpu()) out.to(device);
     ++calls_;
     rows_ += B;
@@ -269,7 +226,9 @@ class ServerRollout final : public RolloutBackend {
   // rollout.n times, interleaved: one request of n x k samples then, so the group's samples are
   // distinct draws and share the prompt's prefill), max_in_flight calls at a time, so that they
   // share the engine's batch.
-  std::vector<RowAnswer> ask(const std::vector<std::vector<int64_t>>& rows, const inference::GenerationOptions& o) {
+  // Every row's n samples, row after row (sample s of row b at b * n + s).
+  std::vector<inference::DecodeOutput> ask(const std::vector<std::vector<int64_t>>& rows,
+                                           const inference::GenerationOptions& o) {
     json base{{"max_tokens", o.max_new_tokens}, {"return_token_ids", true}, {"logprobs", 0}};
     if (!o.do_sample || o.sampling.is_greedy()) {
       base["temperature"] = 0;
@@ -292,7 +251,7 @@ class ServerRollout final : public RolloutBackend {
       else
         groups.push_back({b, 1});
     }
-    std::vector<RowAnswer> out(rows.size());
+    std::vector<inference::DecodeOutput> out(rows.size() * static_cast<size_t>(o.n));
     std::atomic<size_t> next{0};
     std::mutex error_mu;
     std::string error;
@@ -314,13 +273,9 @@ class ServerRollout final : public RolloutBackend {
           try {
             const auto& group = groups[g];
             const int64_t samples = o.n * static_cast<int64_t>(group.rows);
-            const RowAnswer a = ask_row(client, headers, base, rows[group.first], samples, group.first);
-            for (size_t r = 0; r < group.rows; ++r) {
-              auto& row = out[group.first + r];
-              const auto from = static_cast<std::ptrdiff_t>(r) * o.n, to = from + o.n;
-              row.tokens.assign(a.tokens.begin() + from, a.tokens.begin() + to);
-              row.log_probs.assign(a.log_probs.begin() + from, a.log_probs.begin() + to);
-            }
+            // the group's rows are equal and adjacent: its samples fill their slots in order
+            auto answer = ask_row(client, headers, base, rows[group.first], samples, group.first);
+            std::move(answer.begin(), answer.end(), out.begin() + static_cast<std::ptrdiff_t>(group.first) * o.n);
           } catch (const std::exception& e) {
             std::lock_guard lk(error_mu);
             if (error.empty()) error = e.what();
@@ -333,8 +288,8 @@ class ServerRollout final : public RolloutBackend {
     return out;
   }
 
-  RowAnswer ask_row(httplib::Client& client, const httplib::Headers& headers, json body,
-                    const std::vector<int64_t>& prompt, int64_t n, size_t row) const {
+  std::vector<inference::DecodeOutput> ask_row(httplib::Client& client, const httplib::Headers& headers, json body,
+                                               const std::vector<int64_t>& prompt, int64_t n, size_t row) const {
     body["prompt"] = prompt;
     body["n"] = n;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout);
@@ -353,14 +308,12 @@ class ServerRollout final : public RolloutBackend {
       const auto answer = json::parse(res->body, nullptr, false);
       if (answer.is_discarded() || !answer.contains("choices") || answer.at("choices").size() != static_cast<size_t>(n))
         throw FormatError(what + ": the answer does not have " + std::to_string(n) + " choices: " + res->body);
-      RowAnswer a;
-      a.tokens.resize(static_cast<size_t>(n));
-      a.log_probs.resize(static_cast<size_t>(n));
+      std::vector<inference::DecodeOutput> a(static_cast<size_t>(n));
       for (const auto& choice : answer.at("choices")) {
         const auto i = choice.at("index").get<size_t>();
         if (i >= static_cast<size_t>(n)) throw FormatError(what + ": a choice index " + std::to_string(i));
-        a.tokens[i] = choice.at("token_ids").get<std::vector<int64_t>>();
-        for (const auto& lp : choice.at("logprobs").at("token_logprobs")) a.log_probs[i].push_back(lp.get<float>());
+        a[i].tokens = choice.at("token_ids").get<std::vector<int64_t>>();
+        for (const auto& lp : choice.at("logprobs").at("token_logprobs")) a[i].log_probs.push_back(lp.get<float>());
       }
       return a;
     }
