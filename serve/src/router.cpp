@@ -3,16 +3,13 @@
 // chunks to the client's connection through a bounded queue.
 #include <hyflow/serve/router.hpp>
 
-#include "bounded_pool.hpp"
+#include "http_front.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/metrics/server.hpp>
 #include <hyflow/serve/api_error.hpp>
 
 #include <httplib.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -30,7 +27,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kListenBacklog = 1024;
 constexpr size_t kMaxQueuedBytes = size_t{8} << 20;  // a stream's chunks not yet written to its client
 constexpr int kHealthTimeoutS = 5;
 
@@ -103,7 +99,6 @@ struct Router::Impl {
   httplib::Server http;
   std::thread thread;
   int port = 0;
-  socket_t listen_socket = INVALID_SOCKET;
 
   std::unique_ptr<httplib::Client> client(const Replica& r, int read_timeout_s) const {
     auto c = std::make_unique<httplib::Client>(r.origin);
@@ -437,24 +432,10 @@ Router::Router(RouterOptions options) : impl_(std::make_unique<Impl>()) {
     r->origin = origin_of(url);
     im.replicas.push_back(std::move(r));
   }
-  const auto threads = static_cast<size_t>(o.threads > 0 ? o.threads : o.max_in_flight + 8);
-  im.http.new_task_queue = [threads] { return new detail::BoundedPool(threads, threads); };
-  im.http.set_payload_max_length(o.max_body_bytes);
-  im.http.set_keep_alive_max_count(1000);
-  im.http.set_keep_alive_timeout(10);
-  im.http.set_read_timeout(10);
-  im.http.set_write_timeout(10);
+  detail::configure_front(im.http, static_cast<size_t>(o.threads > 0 ? o.threads : o.max_in_flight + 8),
+                          o.max_body_bytes);
   im.routes();
-  im.http.set_socket_options([&im](socket_t sock) {
-    httplib::default_socket_options(sock);
-    const int on = 1;
-    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));  // each forwarded event at once
-    im.listen_socket = sock;
-  });
-  im.port = o.port == 0 ? im.http.bind_to_any_port(o.host) : (im.http.bind_to_port(o.host, o.port) ? o.port : -1);
-  if (im.port <= 0) throw Error("router: cannot bind " + o.host + ":" + std::to_string(o.port));
-  // cpp-httplib 0.11 listens with a backlog of 5; see Server.
-  if (im.listen_socket != INVALID_SOCKET) ::listen(im.listen_socket, kListenBacklog);
+  im.port = detail::bind_front(im.http, o.host, o.port, "router");
   im.thread = std::thread([&im] { im.http.listen_after_bind(); });
 }
 
@@ -468,9 +449,7 @@ int Router::port() const {
 }
 
 std::string Router::base_url() const {
-  const auto& host = impl_->options.host;
-  const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(impl_->port) + "/v1";
+  return detail::base_url_of(impl_->options.host, impl_->port);
 }
 
 std::vector<ReplicaStats> Router::replicas() const {

@@ -3,7 +3,7 @@
 // body, or server-sent events).
 #include <hyflow/serve/server.hpp>
 
-#include "bounded_pool.hpp"
+#include "http_front.hpp"
 #include "choice_state.hpp"
 
 #include <hyflow/metrics/server.hpp>
@@ -11,9 +11,6 @@
 #include <hyflow/serve/api_error.hpp>
 
 #include <httplib.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -43,8 +40,6 @@ void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0
   send_json(res, e.status(), ojson(error_body(e)));
 }
 
-constexpr int kListenBacklog = 1024;
-
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -59,7 +54,6 @@ struct Server::Impl {
   httplib::Server http;
   std::thread thread;
   int port = 0;
-  socket_t listen_socket = INVALID_SOCKET;
   std::atomic<uint64_t> next_id{0};
 
   Impl(EngineLoop& l, std::shared_ptr<const tokenizers::Tokenizer> t, ServeOptions o)
@@ -493,35 +487,11 @@ Server::Server(EngineLoop& loop, std::shared_ptr<const tokenizers::Tokenizer> to
   if (im.options.port < 0 || im.options.port > 65535) {
     throw ValueError("serve: port must be in [0, 65535], got " + std::to_string(im.options.port));
   }
-  const auto threads =
-      static_cast<size_t>(im.options.threads > 0 ? im.options.threads : loop.options().max_in_flight + 8);
-  im.http.new_task_queue = [threads] { return new detail::BoundedPool(threads, threads); };
-  im.http.set_payload_max_length(im.options.max_body_bytes);
-  im.http.set_keep_alive_max_count(1000);
-  im.http.set_keep_alive_timeout(10);
-  im.http.set_read_timeout(10);
-  im.http.set_write_timeout(10);
+  detail::configure_front(
+      im.http, static_cast<size_t>(im.options.threads > 0 ? im.options.threads : loop.options().max_in_flight + 8),
+      im.options.max_body_bytes);
   im.routes();
-  im.http.set_socket_options([&im](socket_t sock) {
-    httplib::default_socket_options(sock);
-    // Accepted sockets inherit TCP_NODELAY: a server-sent event is written as soon as it is made,
-    // not held back by Nagle's algorithm until the previous one is acknowledged.
-    const int on = 1;
-    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    im.listen_socket = sock;
-  });
-  if (im.options.port == 0) {
-    im.port = im.http.bind_to_any_port(im.options.host);
-  } else {
-    im.port = im.http.bind_to_port(im.options.host, im.options.port) ? im.options.port : -1;
-  }
-  if (im.port <= 0) {
-    throw Error("serve: cannot bind " + im.options.host + ":" + std::to_string(im.options.port));
-  }
-  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of
-  // clients connecting at once (32 agents starting a turn) overflows it and the dropped SYNs come
-  // back only after the client's 1 s retransmission timeout. A second listen() raises it.
-  if (im.listen_socket != INVALID_SOCKET) ::listen(im.listen_socket, kListenBacklog);
+  im.port = detail::bind_front(im.http, im.options.host, im.options.port, "serve");
   im.thread = std::thread([&im] { im.http.listen_after_bind(); });
 }
 
@@ -535,9 +505,7 @@ int Server::port() const {
 }
 
 std::string Server::base_url() const {
-  const auto& host = impl_->options.host;
-  const bool v6 = host.find(':') != std::string::npos;
-  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(impl_->port) + "/v1";
+  return detail::base_url_of(impl_->options.host, impl_->port);
 }
 
 SessionStore& Server::sessions() {
