@@ -1,3 +1,5 @@
+#include "common/chat_chars.hpp"
+
 #include <hyflow/agents/agent_batch.hpp>
 #include <hyflow/agents/agent_loop.hpp>
 #include <hyflow/agents/agent_rollout.hpp>
@@ -21,13 +23,7 @@ using tokenizers::ChatMessage;
 namespace {
 
 std::shared_ptr<tokenizers::CharTokenizer> chat_tokenizer() {
-  tokenizers::CharTokenizerOptions o;
-  o.alphabet.clear();
-  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
-  o.alphabet += "\n";
-  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
-  o.eos_token = "<|im_end|>";
-  return std::make_shared<tokenizers::CharTokenizer>(o);
+  return std::make_shared<tokenizers::CharTokenizer>(testing::chat_chars());
 }
 
 // A model stand-in: `reply` maps the conversation's text to the assistant's text; it samples

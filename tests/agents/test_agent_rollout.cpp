@@ -1,3 +1,4 @@
+#include "common/chat_chars.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/agents/agent_loop.hpp>
@@ -19,13 +20,7 @@ using Json = nlohmann::json;
 namespace {
 
 std::shared_ptr<tokenizers::CharTokenizer> chat_tokenizer() {
-  tokenizers::CharTokenizerOptions o;
-  o.alphabet.clear();
-  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
-  o.alphabet += "\n";
-  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
-  o.eos_token = "<|im_end|>";
-  return std::make_shared<tokenizers::CharTokenizer>(o);
+  return std::make_shared<tokenizers::CharTokenizer>(testing::chat_chars());
 }
 
 models::CausalLM tiny_model(int64_t vocab) {

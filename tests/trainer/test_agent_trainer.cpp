@@ -3,6 +3,7 @@
 // first memorizes, in the test, one trajectory (a calculator call, then the answer after the tool's
 // response) so that its rollouts call the tool; the step metrics then pin the batch's masks: the
 // tool turn's ids are the masked ones, the response's attention covers all three turns.
+#include "common/chat_chars.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/agents/agent_config.hpp>
@@ -29,15 +30,7 @@ namespace {
 const std::string kCall =
     "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2*3\"}}\n</tool_call>";
 
-tokenizers::CharTokenizerOptions chat_chars() {
-  tokenizers::CharTokenizerOptions o;
-  o.alphabet.clear();
-  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
-  o.alphabet += "\n";
-  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
-  o.eos_token = "<|im_end|>";
-  return o;
-}
+using testing::chat_chars;
 
 tokenizers::ChatTemplateOptions calculator_chat(bool generation_prompt) {
   tokenizers::ChatTemplateOptions o;
