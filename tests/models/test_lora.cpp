@@ -132,14 +132,14 @@ TEST_CASE("LoRA with gradient checkpointing: the adapters get the gradients they
   model->model->set_gradient_checkpointing(true);
   const auto out = model->forward(ids());
   bool found = false;
-  std::vector<torch::autograd::Node*> todo{out.grad_fn().get()};
+  std::vector<torch::autograd::Node*> to_visit{out.grad_fn().get()};
   std::set<torch::autograd::Node*> seen;
-  while (!todo.empty() && !found) {
-    auto* node = todo.back();
-    todo.pop_back();
+  while (!to_visit.empty() && !found) {
+    auto* node = to_visit.back();
+    to_visit.pop_back();
     if (node == nullptr || !seen.insert(node).second) continue;
     found = node->name().find("CheckpointedLayer") != std::string::npos;
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+    for (const auto& edge : node->next_edges()) to_visit.push_back(edge.function.get());
   }
   CHECK(found);
   const auto plain = grads(false), checkpointed = grads(true);
