@@ -92,6 +92,33 @@ void load_sharded_optimizer_state(const RoleCheckpoint& role, const fs::path& di
   replicated->set_adam_state(state, full.scheduler_steps, source);
 }
 
+// A replicated checkpoint (one rank, or fsdp_size 1, in fp32: each rank's optim_world_size_W_rank_r.pt, the
+// moments shaped like the parameters) into the sharded engine, which a mixed-precision config gives at the
+// same world size: the file is read by a data-parallel optimizer over the trainable parameters' full shapes
+// in model order (the replicated one's parameters), and this rank's rows go to the sharded optimizer.
+void load_replicated_optimizer_state(const RoleCheckpoint& role, const fs::path& dir) {
+  auto* sharded = dynamic_cast<parallel::ShardedOptimizer*>(role.optimizer);
+  if (!sharded) throw Error(role.worker + ": a sharded model without a sharded optimizer");
+  std::map<std::string, parallel::FsdpModule::ShardInfo> infos;
+  for (auto& info : role.fsdp->shard_infos()) infos.emplace(info.name, std::move(info));
+  std::vector<std::string> names;
+  std::vector<at::Tensor> full;
+  for (const auto& [name, tensor] : named_parameters_of(*role.model)) {
+    const auto& info = infos.at(name);
+    if (!info.trainable) continue;
+    names.push_back(name);
+    full.push_back(torch::zeros(info.full_shape, torch::kFloat));
+  }
+  const auto file = optimizer_file(dir, role.rank, role.world_size);
+  parallel::DataParallelOptimizer replicated(full, parallel::OptimConfig{}, nullptr, "optimizer state of '" +
+                                                                                         file.string() + "'");
+  replicated.load(file);
+  const auto state = replicated.adam_state();
+  std::vector<parallel::NamedAdamState> named;
+  for (size_t i = 0; i < names.size(); ++i) named.push_back({names[i], state[i]});
+  sharded->load_full_state(named, replicated.scheduler_steps(), "optimizer state of '" + file.string() + "'");
+}
+
 }  // namespace
 
 const char* const kLoraAdapterDir = "lora_adapter";
@@ -171,6 +198,8 @@ void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
   if (role.optimizer && contents.loads("optimizer")) {
     if (sharded_layout)
       load_sharded_optimizer_state(role, dir);
+    else if (role.fsdp)  // saved replicated (fp32), resumed sharded (e.g. under mixed precision)
+      load_replicated_optimizer_state(role, dir);
     else
       role.optimizer->load(optimizer_file(dir, role.rank, role.world_size));
   }
