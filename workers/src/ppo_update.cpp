@@ -6,6 +6,8 @@
 
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/models/lora.hpp>
+#include <hyflow/models/safetensors.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/fsdp.hpp>
 #include <hyflow/parallel/fsdp_checkpoint.hpp>
@@ -119,6 +121,26 @@ void load_replicated_optimizer_state(const RoleCheckpoint& role, const fs::path&
   sharded->load_full_state(named, replicated.scheduler_steps(), "optimizer state of '" + file.string() + "'");
 }
 
+// The float32 masters of the engine's trainable parameters (LoRA's adapters, the critic's score head), full, by
+// name: each gathered over the shard group (a collective: every rank calls it), padding rows dropped. Under
+// mixed precision the model's gathered parameters are the compute copies; the PEFT folder holds these.
+std::map<std::string, at::Tensor> trainable_masters(const parallel::FsdpModule& fsdp) {
+  const auto infos = fsdp.shard_infos();
+  const auto shards = fsdp.local_shards();
+  const auto& group = fsdp.mesh().shard;
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const auto& info = infos[i];
+    if (!info.trainable) continue;
+    const auto shard = shards[i].detach().to(torch::kCPU);
+    const auto rows = group ? torch::cat(group->all_gather(shard)) : shard;
+    out.emplace(info.name, rows.view({-1, shard.numel() / info.rows_per_shard}).narrow(0, 0, info.rows)
+                               .reshape(info.full_shape)
+                               .clone());
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* const kLoraAdapterDir = "lora_adapter";
@@ -145,6 +167,18 @@ void save_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir, int64
         models::save_adapter(*role.model, *role.lora, role.model_dir.string(), dir / kLoraAdapterDir,
                              role.modules_to_save, role.task_type);
       if (sharded) role.fsdp->reshard_all();
+      // under mixed precision those were the compute copies: the file gets the float32 masters instead
+      if (sharded && role.fsdp->options().mixed_precision.param_dtype != at::kFloat) {
+        const auto masters = trainable_masters(*role.fsdp);
+        if (role.rank == 0) {
+          const auto file = dir / kLoraAdapterDir / models::kAdapterWeightsFile;
+          const std::string peft_prefix = "base_model.model.";  // adapter_state's names: PEFT's prefix + ours
+          models::NamedTensors tensors;
+          for (const auto& [peft_name, compute] : models::adapter_state(*role.model, role.modules_to_save))
+            tensors.emplace_back(peft_name, masters.at(peft_name.substr(peft_prefix.size())));
+          models::write_safetensors(file, tensors, Json{{"format", "pt"}});
+        }
+      }
     }
   } else if (hf) {
     if (sharded) role.fsdp->unshard_all();  // rank 0 writes the full model
