@@ -145,6 +145,9 @@ struct Param {
   // the micro-batches without gradient sync, taken from param.grad() after each unit's backward
   // (a bf16 param.grad() would round every addition); the synchronized backward reduces it.
   at::Tensor accum;
+  // Replicated low-precision copies: the master's version counter when `full` was last cast from it
+  // (-1: never, or the master moved), so that an unchanged master is not cast again.
+  int64_t cast_version = -1;
   int64_t shard_numel() const { return rows_per_shard * row_numel; }
   size_t full_nbytes() const { return static_cast<size_t>(full.numel()) * full.element_size(); }
 };
@@ -219,6 +222,7 @@ struct FsdpModule::Impl {
     torch::NoGradGuard no_grad;
     for (auto& p : params) {
       p.shard.set_data(move(p.shard));
+      p.cast_version = -1;
       if (p.shard.grad().defined()) p.shard.mutable_grad() = move(p.shard.grad());
       if (S() == 1 && options.mixed_precision.param_dtype == at::kFloat) {
         p.full = p.shard.view(p.full_shape);
@@ -251,13 +255,19 @@ struct FsdpModule::Impl {
   }
 
   // Replicated (shard group of one): the parameter is the master shard (shared storage) in
-  // float32, or a copy of it cast to the compute dtype, refreshed before each forward.
+  // float32, or a copy of it cast to the compute dtype, refreshed before each forward when the
+  // master changed since its last cast (an optimizer step, a load: the master's version counter
+  // moved). The cast writes through the model's parameter (whose data is `full`), so the
+  // parameter's version counter moves exactly when its values may have: a merged LoRA copy or a
+  // rollout engine that watches it re-merges / repacks it once per weight version.
   void materialize_replicated(Unit& u) {
     torch::NoGradGuard no_grad;
     for (size_t i : u.params) {
       auto& p = params[i];
       if (options.mixed_precision.param_dtype == at::kFloat) continue;  // shares the shard's storage
-      p.full.view({-1}).copy_(p.shard);
+      if (p.cast_version == p.shard._version()) continue;
+      p.param.detach().view({-1}).copy_(p.shard);
+      p.cast_version = p.shard._version();
     }
     u.gathered = true;
   }
@@ -593,7 +603,10 @@ FsdpModule::FsdpModule(std::vector<FsdpUnit> units, DeviceMesh mesh, FsdpOptions
         p.full = p.shard.view(p.full_shape);  // NO_SHARD in float32: parameter and master share storage
       } else {
         p.full = torch::empty(p.full_shape, np.tensor.options().dtype(compute));
-        if (S == 1) p.full.view({-1}).copy_(p.shard);
+        if (S == 1) {
+          p.full.view({-1}).copy_(p.shard);
+          p.cast_version = p.shard._version();
+        }
       }
       np.tensor.set_data(p.full);
       p.live = S == 1;

@@ -243,6 +243,14 @@ void wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, const std::share
     if (state->reason) throw CollectiveAbortedError(what + " failed: " + *state->reason + " (gloo: " + gloo + ")");
     throw Error(what + " failed: " + gloo);
   }
+  // gloo's worker thread completes the work (which wakes us) and only then drops its two
+  // references to it (its run loop's and execute's), and with the last one the work's tensors:
+  // wait for that, so that the collective's tensors are the caller's alone on return and a
+  // temporary the caller frees (broadcast_parameters' staging buffer) is freed now, on this
+  // thread, not a moment later on gloo's. The caller holds the one reference left; the wait is
+  // bounded in case a backend keeps another.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (work.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
 }
 
 /// A gloo collective in flight; `finish` runs once after it has completed.

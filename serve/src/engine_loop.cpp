@@ -212,6 +212,7 @@ EngineLoopStats EngineLoop::stats() const {
   auto s = stats_;
   s.tokens = tokens_.load();
   s.cancelled = cancelled_.load();
+  s.queued = static_cast<int64_t>(pending_.size());
   return s;
 }
 

@@ -731,3 +731,40 @@ TEST_CASE("the optimizers take algos' schedule by name: cosine warms up and deca
   CHECK_THROWS_WITH(DataParallelOptimizer({w}, o, nullptr, "actor.optim"),
                     Catch::Contains("'actor.optim.lr_scheduler_type'") && Catch::Contains("'linear'"));
 }
+
+TEST_CASE("a replicated engine in bf16 casts each compute copy once per master version: unchanged ones are not "
+          "written again") {
+  // A rollout engine keeps what it packed of a weight while the weight's version counter stays: a copy
+  // rewritten with the same values at every gather would make it repack the whole model every rollout.
+  const auto c = lm_case(/*tied=*/false);
+  auto model = c.make();
+  const MixedPrecision bf16{.param_dtype = at::kBFloat16};
+  FsdpModule fsdp(units_by_layer(named(*model), 0), DeviceMesh{}, FsdpOptions{.mixed_precision = bf16});
+  const auto named_params = model->named_parameters();
+  auto versions = [&] {
+    std::map<std::string, int64_t> v;
+    for (const auto& item : named_params) v[item.key()] = static_cast<int64_t>(item.value()._version());
+    return v;
+  };
+  fsdp.unshard_all();
+  fsdp.reshard_all();
+  const auto cast = versions();
+  fsdp.unshard_all();
+  fsdp.reshard_all();
+  fsdp.begin_forward();
+  fsdp.end_forward();
+  CHECK(versions() == cast);  // the masters did not change: no copy was written
+  const std::string stepped = fsdp.shard_infos().front().name;
+  {
+    torch::NoGradGuard no_grad;
+    fsdp.local_shards().front().add_(1.0);  // as an optimizer step writes a master
+  }
+  fsdp.unshard_all();
+  auto after = versions();
+  CHECK(after.at(stepped) != cast.at(stepped));  // recast, and only that one
+  after[stepped] = cast.at(stepped);
+  CHECK(after == cast);
+  CHECK(torch::equal(named_params[stepped].to(at::kFloat).view({-1}),
+                     fsdp.local_shards().front().to(at::kBFloat16).to(at::kFloat).view({-1})));
+  fsdp.reshard_all();
+}

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <latch>
 #include <thread>
@@ -81,17 +82,39 @@ TEST_CASE("greedy completions through the server equal DecodeEngine::run, alone 
     CHECK(r["choices"][0]["logprobs"]["token_logprobs"].size() == expected[i].size());
     CHECK(r["usage"]["completion_tokens"] == expected[i].size());
   }
-  // Eight clients at once: they share runs (joined mid-run or admitted together), same tokens.
+  // Eight clients at once, admitted together: a weight update that changes nothing holds the engine
+  // thread until all eight are queued, so they share one run whatever the machine's load (left to
+  // timing, a loaded machine finished a client's 20 tokens before the next request arrived).
+  const auto alone = s.loop->stats();  // (a request may join the end of the run of the one before it)
+  std::promise<void> gate;
+  const std::shared_future<void> opened = gate.get_future().share();
+  const std::function<void(models::CausalLM&)> hold_engine = [opened](models::CausalLM&) { opened.wait(); };
+  auto held = std::async(std::launch::async, [&] { return s.loop->update_weights(hold_engine); });
   std::vector<std::future<json>> answers;
-  std::latch start(static_cast<std::ptrdiff_t>(ps.size()));
+  struct OpenOnExit {  // a failed REQUIRE must not leave the engine thread (and ~ServedTiny) waiting
+    std::function<void()> open;
+    ~OpenOnExit() { open(); }
+  } open_on_exit{[&gate, open = false]() mutable {
+    if (!open) gate.set_value();
+    open = true;
+  }};
+  const auto within = [](auto&& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  };
+  REQUIRE(within([&] { return s.loop->updating_weights(); }));
   for (size_t i = 0; i < ps.size(); ++i) {
     answers.push_back(std::async(std::launch::async, [&, i] {
       auto own = client(s);
-      start.arrive_and_wait();
       auto res = own.Post("/v1/completions", completion(ps[i]).dump(), "application/json");
       return res && res->status == 200 ? json::parse(res->body) : json();
     }));
   }
+  REQUIRE(within([&] { return s.loop->stats().queued == static_cast<int64_t>(ps.size()); }));
+  open_on_exit.open();
+  CHECK(held.get() == 1);
   for (size_t i = 0; i < ps.size(); ++i) {
     const auto r = answers[i].get();
     REQUIRE(r.is_object());
@@ -99,8 +122,10 @@ TEST_CASE("greedy completions through the server equal DecodeEngine::run, alone 
   }
   const auto stats = s.loop->stats();
   CHECK(stats.admitted == static_cast<int64_t>(2 * ps.size()));
-  CHECK(stats.runs < static_cast<int64_t>(2 * ps.size()));  // the concurrent ones shared runs
-  CHECK(stats.peak_running > 1);
+  CHECK(stats.runs == alone.runs + 1);  // all eight in one run, admitted together at its first step
+  CHECK(stats.joined_mid_run == alone.joined_mid_run);
+  CHECK(stats.peak_running == static_cast<int64_t>(ps.size()));
+  CHECK(stats.queued == 0);
 }
 
 TEST_CASE("chat: the template's prompt ids, OpenAI's shape, tools rendered, n choices, seeds repeat") {

@@ -64,8 +64,19 @@ TEST_CASE("3-step PPO (GAE + critic) on 2 colocated workers: critic metrics are 
   CHECK(last.contains("timing_s/update_critic"));
 }
 
-TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupted run") {
-  TempDir a("full"), b("resumed");
+TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupted run (fp32 and bf16 mixed "
+          "precision)") {
+  // bf16: verl's mixed_precision for the actor and the reference (2 workers, FULL_SHARD); the checkpoint
+  // holds the fp32 masters, so the resumed run continues as exactly as in fp32
+  const bool mixed = GENERATE(false, true);
+  CAPTURE(mixed);
+  auto precision = [mixed](Config c) {
+    if (mixed)
+      for (const char* role : {"actor", "ref"})
+        c.set(std::string("actor_rollout_ref.") + role + ".fsdp_config.mixed_precision.param_dtype", "bf16");
+    return c;
+  };
+  TempDir a(mixed ? "full_bf16" : "full"), b(mixed ? "resumed_bf16" : "resumed");
   auto strip = [](nlohmann::json m) {
     nlohmann::json out;
     for (const auto& [k, v] : m.items())
@@ -74,7 +85,7 @@ TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupte
   };
   nlohmann::json full_step3;
   {
-    Config c = small_config("grpo", a.path);
+    Config c = precision(small_config("grpo", a.path));
     c.set("trainer.val_before_train", "false");
     c.set("trainer.test_freq", "-1");
     PPOTrainer t(c);
@@ -83,7 +94,7 @@ TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupte
     full_step3 = strip(t.history().back());
   }
   {
-    Config c = small_config("grpo", b.path);
+    Config c = precision(small_config("grpo", b.path));
     c.set("trainer.val_before_train", "false");
     c.set("trainer.test_freq", "-1");
     c.set("trainer.total_training_steps", "2");
@@ -94,7 +105,7 @@ TEST_CASE("checkpoint then resume gives the next-step metrics of an uninterrupte
     t.fit();
     CHECK(fs::exists(b.path / "global_step_2" / "data.json"));
   }
-  Config c = small_config("grpo", b.path);
+  Config c = precision(small_config("grpo", b.path));
   c.set("trainer.val_before_train", "false");
   c.set("trainer.test_freq", "-1");
   c.set("trainer.resume_mode", "auto");

@@ -103,10 +103,16 @@ TEST_CASE("the trainer weights one-step-off samples by rollout correction: rollo
                     Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));
 }
 
-TEST_CASE("a bf16 rollout reports its mismatch with the float32 actor every step and corrects it (TIS); it "
-          "needs calculate_log_probs") {
-  TempDir out("rollout_bf16");
+TEST_CASE("a bf16 rollout reports its mismatch with the actor every step and corrects it (TIS), with a float32 "
+          "actor and under bf16 mixed precision; it needs calculate_log_probs") {
+  // mixed: verl's actor and reference fsdp_config.mixed_precision.param_dtype=bf16 (fp32 masters)
+  const bool mixed = GENERATE(false, true);
+  CAPTURE(mixed);
+  TempDir out(mixed ? "rollout_bf16_mixed" : "rollout_bf16");
   Config c = small_config("grpo", out.path);
+  if (mixed)
+    for (const char* role : {"actor", "ref"})
+      c.set(std::string("actor_rollout_ref.") + role + ".fsdp_config.mixed_precision.param_dtype", "bf16");
   c.set("actor_rollout_ref.rollout.dtype", "bfloat16");
   CHECK_THROWS_WITH(trainer::PPOTrainer(c), Catch::Contains("actor_rollout_ref.rollout.dtype") &&
                                                 Catch::Contains("actor_rollout_ref.rollout.calculate_log_probs"));

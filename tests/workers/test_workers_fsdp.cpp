@@ -297,6 +297,143 @@ TEST_CASE("one bf16 worker's checkpoint holds the fp32 masters and resumes them:
   CHECK(digests(back) == digests(one));
 }
 
+// verl's mixed_precision keys per role (actor_rollout_ref.actor / .ref .fsdp_config, critic.model.fsdp_config)
+// in each strategy a worker group reaches (one worker, replicated: the test above). Each role reads its own
+// key: a bf16 actor beside an fp32 reference leaves the reference's log-probs fp32's, and the other way round.
+TEST_CASE("mixed precision in FULL_SHARD, SHARD_GRAD_OP, NO_SHARD and HYBRID_SHARD: actor, reference and critic, "
+          "each from its own key") {
+  struct Layout {
+    const char* name;
+    int workers;
+    Json fsdp_config;
+    const char* reduce_dtype;
+  };
+  const std::vector<Layout> layouts = {
+      {"FULL_SHARD on 2 workers", 2, {{"fsdp_size", -1}}, "fp32"},
+      {"SHARD_GRAD_OP on 2 workers", 2, {{"fsdp_size", -1}, {"reshard_after_forward", false}}, "bf16"},
+      {"NO_SHARD on 2 workers (fsdp_size 1)", 2, {{"fsdp_size", 1}}, "bf16"},
+      {"HYBRID_SHARD on 4 workers (fsdp_size 2)", 4, {{"fsdp_size", 2}}, "fp32"}};
+  Runtime rt;
+  hyflow::workers::register_workers();
+  const auto base = actor_rollout_ref_config(8);
+  auto one = actor_group(rt, 1, base);  // fp32, one worker
+  DataProto gen = one.call(&ActorRolloutRefWorker::generate_sequences, prompts(8));
+  const at::Tensor old32 = DataProto(one.call(&ActorRolloutRefWorker::compute_log_prob, gen)).batch.at("old_log_probs");
+  const at::Tensor ref32 =
+      DataProto(one.call(&ActorRolloutRefWorker::compute_ref_log_prob, gen)).batch.at("ref_log_prob");
+  DataProto batch = gen;
+  batch.batch.set("old_log_probs", old32);
+  batch = with_advantages(batch);
+  // the critics load one saved critic (its value head starts random)
+  TempDir saved("critic_mp_layouts");
+  auto critic = [&](int ws, const Json& fsdp_config, const std::string& path) {
+    auto config = critic_config(8);
+    config["model"]["path"] = path;
+    config["model"]["fsdp_config"] = fsdp_config;
+    WorkerGroup wg(rt, ResourcePool({ws}), WorkerSpec{"CriticWorker", {{"config", config}}});
+    wg.call(&CriticWorker::init_model);
+    return wg;
+  };
+  critic(1, Json::object(), tiny_model_dir().string())
+      .call(&CriticWorker::save_checkpoint, saved.path.string(), int64_t{1});
+  const at::Tensor values32 =
+      DataProto(critic(1, Json::object(), saved.path.string()).call(&CriticWorker::compute_values, gen))
+          .batch.at("values");
+
+  for (const auto& layout : layouts) {
+    SECTION(layout.name) {
+      Json precise = layout.fsdp_config, mixed = layout.fsdp_config;
+      mixed["mixed_precision"] = {
+          {"param_dtype", "bf16"}, {"reduce_dtype", layout.reduce_dtype}, {"buffer_dtype", "fp32"}};
+      auto config = base;  // a bf16 actor, an fp32 reference
+      config["actor"]["fsdp_config"] = mixed;
+      config["ref"]["fsdp_config"] = precise;
+      auto bf16_actor = actor_group(rt, layout.workers, config);
+      const at::Tensor old = DataProto(bf16_actor.call(&ActorRolloutRefWorker::compute_log_prob, gen))
+                                 .batch.at("old_log_probs");
+      CHECK(old.scalar_type() == at::kFloat);
+      CHECK_FALSE(torch::equal(old, old32));  // bf16 really computes
+      CHECK(torch::allclose(old, old32, 0.05, 0.1));
+      const at::Tensor ref = DataProto(bf16_actor.call(&ActorRolloutRefWorker::compute_ref_log_prob, gen))
+                                 .batch.at("ref_log_prob");
+      CHECK(torch::allclose(ref, ref32, 1e-5, 1e-6));  // the reference's own key: fp32
+      const auto before = digests(bf16_actor);
+      for (double v : grad_norms(bf16_actor.call(&ActorRolloutRefWorker::update_actor, batch))) CHECK(std::isfinite(v));
+      const auto after = digests(bf16_actor);
+      CHECK(all_same(after));
+      CHECK(after != before);
+
+      config["actor"]["fsdp_config"] = precise;  // an fp32 actor, a bf16 reference
+      config["ref"]["fsdp_config"] = mixed;
+      auto bf16_ref = actor_group(rt, layout.workers, config);
+      const at::Tensor old_fp32 = DataProto(bf16_ref.call(&ActorRolloutRefWorker::compute_log_prob, gen))
+                                      .batch.at("old_log_probs");
+      CHECK(torch::allclose(old_fp32, old32, 1e-5, 1e-6));
+      const at::Tensor ref16 = DataProto(bf16_ref.call(&ActorRolloutRefWorker::compute_ref_log_prob, gen))
+                                   .batch.at("ref_log_prob");
+      CHECK(ref16.scalar_type() == at::kFloat);
+      CHECK_FALSE(torch::equal(ref16, ref32));
+      CHECK(torch::allclose(ref16, ref32, 0.05, 0.1));
+
+      auto bf16_critic = critic(layout.workers, mixed, saved.path.string());
+      const at::Tensor values = DataProto(bf16_critic.call(&CriticWorker::compute_values, gen)).batch.at("values");
+      CHECK(values.scalar_type() == at::kFloat);
+      CHECK_FALSE(torch::equal(values, values32));
+      CHECK(torch::allclose(values, values32, 0.05, 0.05));
+      DataProto critic_batch = gen;
+      critic_batch.batch.set("values", values);
+      critic_batch.batch.set("returns", values + 0.5 * gen.batch.at("response_mask"));
+      bf16_critic.call(&CriticWorker::update_critic, critic_batch);
+      CHECK(all_same(bf16_critic.call(&CriticWorker::parameter_digest)));
+      const at::Tensor trained = DataProto(bf16_critic.call(&CriticWorker::compute_values, gen)).batch.at("values");
+      CHECK_FALSE(torch::equal(trained, values));
+    }
+  }
+}
+
+// The float32 masters make a checkpoint independent of the precision it was saved under: a group resumes it
+// under another mixed_precision config (docs/parallel.md, "Precision"). fp32 -> bf16 -> fp32 through
+// checkpoints, with no training in between, must leave masters, AdamW moments and the lr schedule
+// bit-exact: the next fp32 update then equals the uninterrupted run's.
+TEST_CASE("a checkpoint resumes under another precision config: fp32 -> bf16 -> fp32 continues bit-exactly") {
+  Runtime rt;
+  const auto fp32 = actor_rollout_ref_config(4, {{"optim", {{"lr", 1e-2}, {"lr_warmup_steps", 3}}}});
+  const auto bf16 = with_fsdp(fp32, {{"mixed_precision", {{"param_dtype", "bf16"}}}});
+  for (const int ws : {1, 2}) {
+    CAPTURE(ws);
+    // two workers: the fp32 group replicates (fsdp_size 1), the bf16 one shards (FULL_SHARD)
+    const auto precise = ws == 1 ? fp32 : with_fsdp(fp32, {{"fsdp_size", 1}});
+    auto full = actor_group(rt, ws, precise);
+    DataProto gen = full.call(&ActorRolloutRefWorker::generate_sequences, prompts(4));
+    gen.union_with(DataProto(full.call(&ActorRolloutRefWorker::compute_log_prob, gen))
+                       .select(std::vector<std::string>{"old_log_probs"}));
+    full.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen, 4));
+    TempDir fp32_dir("precision_fp32"), bf16_dir("precision_bf16");
+    full.call(&ActorRolloutRefWorker::save_checkpoint, fp32_dir.path.string(), int64_t{1});
+    REQUIRE_FALSE(parallel::is_sharded_checkpoint(fp32_dir.path));  // the replicated layout
+
+    auto in_bf16 = actor_group(rt, ws, bf16);
+    in_bf16.call(&ActorRolloutRefWorker::load_checkpoint, fp32_dir.path.string());
+    in_bf16.call(&ActorRolloutRefWorker::save_checkpoint, bf16_dir.path.string(), int64_t{1});
+    REQUIRE(parallel::is_sharded_checkpoint(bf16_dir.path));  // the fp32 masters' layout
+    CHECK(torch::equal(flat_parameters(*checkpoint_model(bf16_dir.path)),
+                       flat_parameters(*checkpoint_model(fp32_dir.path))));
+    // the bf16 group trains on from there
+    for (double v : grad_norms(in_bf16.call(&ActorRolloutRefWorker::update_actor, with_advantages(gen, 6))))
+      CHECK(std::isfinite(v));
+
+    auto back = actor_group(rt, ws, precise);
+    back.call(&ActorRolloutRefWorker::load_checkpoint, bf16_dir.path.string());
+    CHECK(digests(back) == digests(full));
+    const auto next = with_advantages(gen, 9);
+    const DataProto mine = back.call(&ActorRolloutRefWorker::update_actor, next);
+    const DataProto theirs = full.call(&ActorRolloutRefWorker::update_actor, next);
+    CHECK(grad_norms(mine) == grad_norms(theirs));
+    CHECK(mine.meta_info.at("metrics").at("actor/lr") == theirs.meta_info.at("metrics").at("actor/lr"));
+    CHECK(digests(back) == digests(full));  // the same AdamW moments and steps: the same step
+  }
+}
+
 TEST_CASE("on CPU workers param_offload and optimizer_offload are a no-op: a sharded actor trains as without") {
   Runtime rt;
   const auto base = actor_rollout_ref_config(4);

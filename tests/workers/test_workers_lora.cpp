@@ -6,10 +6,14 @@
 #include <hyflow/actors/all.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/lora.hpp>
+#include <hyflow/models/safetensors.hpp>
+#include <hyflow/parallel/fsdp_checkpoint.hpp>
 #include <hyflow/workers/all.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <optional>
 
 using namespace hyflow;
@@ -190,6 +194,103 @@ TEST_CASE("LoRA weight sync: only the adapters travel (bytes reported); the roll
   CHECK_THROWS_WITH(rollout.call(&ActorRolloutRefWorker::load_weights, full), Catch::Contains("lora_rank"));
   auto full_rollout = group(rt, 1, "rollout", actor_rollout_ref_config(4));
   CHECK_THROWS_WITH(full_rollout.call(&ActorRolloutRefWorker::load_weights, weights), Catch::Contains("lora_rank"));
+}
+
+// LoRA under verl's mixed precision (param_dtype bf16) with a bf16 rollout (rollout.dtype=bfloat16), through the
+// worker: the engine holds fp32 masters of the adapters (and of the frozen base, which never moves); the rollout
+// serves the merged adapters in bf16 (the engine's compute copies: nothing left for the decode engine to cast)
+// with its own log-probs near the actor's; checkpoints and their PEFT folder hold the fp32 masters.
+TEST_CASE("LoRA under mixed precision with a bf16 rollout: fp32 adapter masters in both checkpoint layouts, "
+          "frozen base, the rollout's log-probs near the actor's") {
+  Runtime rt;
+  const auto base = models::load_checkpoint_tensors(tiny_model_dir());
+  for (auto [ws, fsdp_size] : {std::pair{1, 1}, std::pair{2, -1}}) {
+    CAPTURE(ws, fsdp_size);
+    auto config = lora_config();
+    config["actor"]["fsdp_config"] = {{"fsdp_size", fsdp_size}, {"mixed_precision", {{"param_dtype", "bf16"}}}};
+    config["rollout"]["dtype"] = "bfloat16";
+    auto lora = group(rt, ws, "actor_rollout_ref", config);
+    const DataProto scored = lora.call(&ActorRolloutRefWorker::generate_sequences, greedy(prompts(4)));
+    const DataProto ref_before = lora.call(&ActorRolloutRefWorker::compute_ref_log_prob, scored);
+    for (int step = 0; step < 2; ++step) train_once(lora, 3 + static_cast<uint64_t>(step));
+
+    // the bf16 rollout samples with its own log-probs: near the bf16 actor's, not equal
+    DataProto gen = lora.call(&ActorRolloutRefWorker::generate_sequences, prompts(4, 5, 7));
+    const at::Tensor mask = gen.batch.at("response_mask").to(torch::kBool);
+    const at::Tensor actor = DataProto(lora.call(&ActorRolloutRefWorker::compute_log_prob, gen))
+                                 .batch.at("old_log_probs");
+    const at::Tensor diff = (gen.batch.at("rollout_log_probs") - actor).abs().masked_select(mask);
+    CAPTURE(diff.max().item<double>(), diff.mean().item<double>());
+    CHECK(diff.max().item<double>() > 0.0);
+    CHECK(diff.mean().item<double>() < 0.05);
+
+    // the base is frozen: the reference (adapters disabled) is unchanged bit for bit
+    const DataProto ref_after = lora.call(&ActorRolloutRefWorker::compute_ref_log_prob, scored);
+    CHECK(torch::equal(ref_after.batch.at("ref_log_prob"), ref_before.batch.at("ref_log_prob")));
+
+    // the checkpoint holds fp32 masters: the base bit for bit, the adapters trained beyond bf16
+    TempDir dir("lora_bf16");
+    lora.call(&ActorRolloutRefWorker::save_checkpoint, dir.path.string(), int64_t{2});
+    REQUIRE(parallel::is_sharded_checkpoint(dir.path));
+    std::map<std::string, at::Tensor> adapters;
+    int frozen = 0;
+    bool beyond_bf16 = false;
+    for (const auto& p : parallel::load_sharded_parameters(dir.path)) {
+      CAPTURE(p.name);
+      CHECK(p.tensor.scalar_type() == at::kFloat);
+      if (p.name.find(".lora_") != std::string::npos) {
+        adapters.emplace(p.name, p.tensor);
+        beyond_bf16 = beyond_bf16 || !torch::equal(p.tensor, p.tensor.to(at::kBFloat16).to(at::kFloat));
+        continue;
+      }
+      const auto it = std::find_if(base.begin(), base.end(), [&](const auto& t) { return t.first == p.name; });
+      REQUIRE(it != base.end());
+      CHECK(torch::equal(p.tensor, it->second));
+      ++frozen;
+    }
+    CHECK(frozen > 0);
+    CHECK(beyond_bf16);
+    // the PEFT folder holds the same fp32 masters (not the gathered bf16 compute copies)
+    const auto peft = models::read_safetensors(dir.path / "lora_adapter" / models::kAdapterWeightsFile);
+    CHECK(peft.size() == adapters.size());
+    for (const auto& [name, t] : peft) {
+      CAPTURE(name);
+      const std::string ours = name.substr(std::string("base_model.model.").size());
+      REQUIRE(adapters.count(ours) == 1);
+      CHECK(t.scalar_type() == at::kFloat);
+      CHECK(torch::equal(t, adapters.at(ours)));
+    }
+  }
+}
+
+// A float32 LoRA policy (replicated) with a bf16 rollout: the served copy merges the adapters that changed and
+// the decode engine casts (packs to bf16) just those, once per weight version.
+TEST_CASE("LoRA with a bf16 rollout: merged and cast once per weight version") {
+  Runtime rt;
+  auto config = lora_config();
+  config["rollout"]["dtype"] = "bfloat16";
+  auto lora = group(rt, 1, "actor_rollout_ref", config);
+  auto packed = [&] {
+    const std::vector<Json> stats = lora.call(&ActorRolloutRefWorker::decode_stats);
+    return stats.front().at("packed_weights").get<int64_t>();
+  };
+  lora.call(&ActorRolloutRefWorker::generate_sequences, greedy(prompts(4)));
+  CHECK(packed() == 2 * 7 + 1);  // the first rollout: every linear weight (q, k, v, o, gate, up, down; the head)
+  lora.call(&ActorRolloutRefWorker::generate_sequences, greedy(prompts(4)));
+  CHECK(packed() == 0);  // the same version: nothing merged nor cast again
+  train_once(lora);
+  const DataProto after = lora.call(&ActorRolloutRefWorker::generate_sequences, prompts(4, 5, 7));
+  CHECK(packed() == 2 * 7);  // the adapted layers (all-linear: not the head) once for the new version
+  lora.call(&ActorRolloutRefWorker::generate_sequences, greedy(prompts(4)));
+  CHECK(packed() == 0);
+  // the engine's own bf16 log-probs, near the float32 actor's
+  const at::Tensor mask = after.batch.at("response_mask").to(torch::kBool);
+  const at::Tensor actor =
+      DataProto(lora.call(&ActorRolloutRefWorker::compute_log_prob, after)).batch.at("old_log_probs");
+  const at::Tensor diff = (after.batch.at("rollout_log_probs") - actor).abs().masked_select(mask);
+  CAPTURE(diff.max().item<double>(), diff.mean().item<double>());
+  CHECK(diff.max().item<double>() > 0.0);
+  CHECK(diff.mean().item<double>() < 0.05);
 }
 
 TEST_CASE("LoRA critic: the value head trains in full, the base stays frozen: the PEFT checkpoint restores it") {

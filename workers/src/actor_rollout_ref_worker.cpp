@@ -174,8 +174,11 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
   // LoRA: the adapters trained since the last rollout are merged into the served copy here (the
   // rewritten weights' version counters move, so the engine repacks just those)
   // (a sharded policy's gather and its optimizer, which steps the master shards, move no version
-  // counter of the parameters: every layer is re-merged then)
-  if (merged_) merged_->refresh(/*force=*/policy_fsdp_ != nullptr);
+  // counter of the parameters: every layer is re-merged then; a replicated engine, one rank or
+  // fsdp_size 1 under mixed precision, casts its compute copies in place when their masters
+  // changed, which moves their counters like a replicated policy's own update)
+  const bool gathered = policy_fsdp_ && policy_fsdp_->mesh().shard_size() > 1;
+  if (merged_) merged_->refresh(/*force=*/gathered);
   DataProto out;
   if (has_rows && agents_) {
     out = agents_->generate(merged_ ? merged_->model() : policy_, input, options);
@@ -189,8 +192,10 @@ DataProto ActorRolloutRefWorker::policy_rollout(const DataProto& input, bool has
     handoff.peak_extra = std::max<int64_t>(0, policy_fsdp_->peak_materialized_bytes() - before);  // gather to end
     // The gather writes the parameters' storage without bumping their version counters, and a
     // packed copy kept until the next rollout would hold a second full model on every rank,
-    // undoing the sharding: a sharded policy keeps only the engine's KV pool and scratch.
-    rollout_->weights_changed();
+    // undoing the sharding: a sharded policy keeps only the engine's KV pool and scratch. A
+    // replicated engine holds its full compute copies anyway: the packed copy stays, and the
+    // next rollout repacks what changed (one cast per weight version).
+    if (gathered) rollout_->weights_changed();
     policy_fsdp_->reshard_all();
   }
   if (has_rows && device_.type() != c10::kCPU) out.to(c10::Device(c10::kCPU));

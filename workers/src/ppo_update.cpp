@@ -6,6 +6,8 @@
 
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/config.hpp>
+#include <hyflow/models/lora.hpp>
+#include <hyflow/models/safetensors.hpp>
 #include <hyflow/parallel/data_parallel.hpp>
 #include <hyflow/parallel/fsdp.hpp>
 #include <hyflow/parallel/fsdp_checkpoint.hpp>
@@ -92,6 +94,53 @@ void load_sharded_optimizer_state(const RoleCheckpoint& role, const fs::path& di
   replicated->set_adam_state(state, full.scheduler_steps, source);
 }
 
+// A replicated checkpoint (one rank, or fsdp_size 1, in fp32: each rank's optim_world_size_W_rank_r.pt, the
+// moments shaped like the parameters) into the sharded engine, which a mixed-precision config gives at the
+// same world size: the file is read by a data-parallel optimizer over the trainable parameters' full shapes
+// in model order (the replicated one's parameters), and this rank's rows go to the sharded optimizer.
+void load_replicated_optimizer_state(const RoleCheckpoint& role, const fs::path& dir) {
+  auto* sharded = dynamic_cast<parallel::ShardedOptimizer*>(role.optimizer);
+  if (!sharded) throw Error(role.worker + ": a sharded model without a sharded optimizer");
+  std::map<std::string, parallel::FsdpModule::ShardInfo> infos;
+  for (auto& info : role.fsdp->shard_infos()) infos.emplace(info.name, std::move(info));
+  std::vector<std::string> names;
+  std::vector<at::Tensor> full;
+  for (const auto& [name, tensor] : named_parameters_of(*role.model)) {
+    const auto& info = infos.at(name);
+    if (!info.trainable) continue;
+    names.push_back(name);
+    full.push_back(torch::zeros(info.full_shape, torch::kFloat));
+  }
+  const auto file = optimizer_file(dir, role.rank, role.world_size);
+  parallel::DataParallelOptimizer replicated(full, parallel::OptimConfig{}, nullptr, "optimizer state of '" +
+                                                                                         file.string() + "'");
+  replicated.load(file);
+  const auto state = replicated.adam_state();
+  std::vector<parallel::NamedAdamState> named;
+  for (size_t i = 0; i < names.size(); ++i) named.push_back({names[i], state[i]});
+  sharded->load_full_state(named, replicated.scheduler_steps(), "optimizer state of '" + file.string() + "'");
+}
+
+// The float32 masters of the engine's trainable parameters (LoRA's adapters, the critic's score head), full, by
+// name: each gathered over the shard group (a collective: every rank calls it), padding rows dropped. Under
+// mixed precision the model's gathered parameters are the compute copies; the PEFT folder holds these.
+std::map<std::string, at::Tensor> trainable_masters(const parallel::FsdpModule& fsdp) {
+  const auto infos = fsdp.shard_infos();
+  const auto shards = fsdp.local_shards();
+  const auto& group = fsdp.mesh().shard;
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const auto& info = infos[i];
+    if (!info.trainable) continue;
+    const auto shard = shards[i].detach().to(torch::kCPU);
+    const auto rows = group ? torch::cat(group->all_gather(shard)) : shard;
+    out.emplace(info.name, rows.view({-1, shard.numel() / info.rows_per_shard}).narrow(0, 0, info.rows)
+                               .reshape(info.full_shape)
+                               .clone());
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* const kLoraAdapterDir = "lora_adapter";
@@ -118,6 +167,18 @@ void save_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir, int64
         models::save_adapter(*role.model, *role.lora, role.model_dir.string(), dir / kLoraAdapterDir,
                              role.modules_to_save, role.task_type);
       if (sharded) role.fsdp->reshard_all();
+      // under mixed precision those were the compute copies: the file gets the float32 masters instead
+      if (sharded && role.fsdp->options().mixed_precision.param_dtype != at::kFloat) {
+        const auto masters = trainable_masters(*role.fsdp);
+        if (role.rank == 0) {
+          const auto file = dir / kLoraAdapterDir / models::kAdapterWeightsFile;
+          const std::string peft_prefix = "base_model.model.";  // adapter_state's names: PEFT's prefix + ours
+          models::NamedTensors tensors;
+          for (const auto& [peft_name, compute] : models::adapter_state(*role.model, role.modules_to_save))
+            tensors.emplace_back(peft_name, masters.at(peft_name.substr(peft_prefix.size())));
+          models::write_safetensors(file, tensors, Json{{"format", "pt"}});
+        }
+      }
     }
   } else if (hf) {
     if (sharded) role.fsdp->unshard_all();  // rank 0 writes the full model
@@ -171,6 +232,8 @@ void load_role_checkpoint(const RoleCheckpoint& role, const fs::path& dir) {
   if (role.optimizer && contents.loads("optimizer")) {
     if (sharded_layout)
       load_sharded_optimizer_state(role, dir);
+    else if (role.fsdp)  // saved replicated (fp32), resumed sharded (e.g. under mixed precision)
+      load_replicated_optimizer_state(role, dir);
     else
       role.optimizer->load(optimizer_file(dir, role.rank, role.world_size));
   }

@@ -126,6 +126,7 @@ struct EngineLoopStats {
   int64_t cancelled = 0;       ///< jobs cancelled before they finished
   int64_t tokens = 0;          ///< tokens delivered
   int64_t peak_running = 0;    ///< most requests in one run at once
+  int64_t queued = 0;          ///< submitted requests waiting for admission now
 };
 
 class EngineLoop {
