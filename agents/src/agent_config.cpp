@@ -16,6 +16,8 @@ using Json = nlohmann::json;
 
 const char* kMultiTurn = "actor_rollout_ref.rollout.multi_turn";
 const char* kAgent = "actor_rollout_ref.rollout.agent";
+const std::set<std::string> kAgentKeys = {"num_workers",      "default_agent_loop", "external_command",
+                                          "external_timeout", "external_reward",    "external_keep_files"};
 
 void check_keys(const Json& section, const char* where, const std::set<std::string>& known) {
   if (!section.is_object()) throw ValueError(std::string(where) + ": expected a mapping, got " + section.dump());
@@ -156,9 +158,40 @@ AgentConfig parse_agent_config(const Json& rollout) {
   if (parse_multi_turn_config(rollout).enable) c.default_agent_loop = "tool_agent";
   if (!rollout.is_object() || !rollout.contains("agent") || rollout.at("agent").is_null()) return c;
   const Json& s = rollout.at("agent");
-  check_keys(s, kAgent, {"num_workers", "default_agent_loop"});
+  check_keys(s, kAgent, kAgentKeys);
   c.num_workers = int_key(s, kAgent, "num_workers", c.num_workers, 1);
   c.default_agent_loop = string_key(s, kAgent, "default_agent_loop", c.default_agent_loop);
+  return c;
+}
+
+ExternalAgentConfig parse_external_agent_config(const Json& rollout) {
+  ExternalAgentConfig c;
+  if (!rollout.is_object() || !rollout.contains("agent") || rollout.at("agent").is_null()) return c;
+  const Json& s = rollout.at("agent");
+  check_keys(s, kAgent, kAgentKeys);
+  if (s.contains("external_command") && !s.at("external_command").is_null()) {
+    const Json& argv = s.at("external_command");
+    if (!argv.is_array())
+      throw ValueError(std::string(kAgent) + ".external_command: expected a list (the program's argv), got " +
+                       argv.dump());
+    for (const auto& arg : argv) {
+      if (!arg.is_string())
+        throw ValueError(std::string(kAgent) + ".external_command: " + arg.dump() + " is not a string");
+      c.command.push_back(arg.get<std::string>());
+    }
+    if (!c.command.empty() && c.command.front().empty())
+      throw ValueError(std::string(kAgent) + ".external_command: the program name is empty");
+  }
+  if (s.contains("external_timeout") && !s.at("external_timeout").is_null()) {
+    const Json& t = s.at("external_timeout");
+    if (!t.is_number() || !(t.get<double>() > 0))
+      throw ValueError(std::string(kAgent) + ".external_timeout: expected seconds > 0, got " + t.dump());
+    c.timeout = t.get<double>();
+  }
+  c.reward = string_key(s, kAgent, "external_reward", c.reward);
+  if (c.reward != "agent" && c.reward != "reward_fn")
+    throw ValueError(std::string(kAgent) + ".external_reward: expected agent or reward_fn, got '" + c.reward + "'");
+  c.keep_files = bool_key(s, kAgent, "external_keep_files", c.keep_files);
   return c;
 }
 

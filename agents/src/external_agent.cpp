@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -123,32 +124,67 @@ DataProto concat_sessions(const std::vector<DataProto>& parts, int64_t pad_token
   return DataProto(std::move(batch), std::move(columns));
 }
 
+namespace {
+void check_agent_options(const ExternalAgentOptions& options) {
+  if (options.command.empty() || options.command.front().empty())
+    throw ValueError("external agent: the command is empty");
+  if (!(options.timeout_seconds > 0))
+    throw ValueError("external agent: timeout_seconds must be positive, got " +
+                     std::to_string(options.timeout_seconds));
+}
+}  // namespace
+
 ExternalAgentRunner::ExternalAgentRunner(serve::Server& server, ExternalAgentOptions options)
     : server_(server), options_(std::move(options)) {
-  if (options_.command.empty() || options_.command.front().empty())
-    throw ValueError("external agent: the command is empty");
-  if (!(options_.timeout_seconds > 0))
-    throw ValueError("external agent: timeout_seconds must be positive, got " +
-                     std::to_string(options_.timeout_seconds));
+  check_agent_options(options_);
 }
 
 ExternalAgentResult ExternalAgentRunner::run(const std::vector<nlohmann::json>& rows,
                                              const std::vector<std::string>& session_ids) {
+  for (const auto& id : session_ids) server_.sessions().check_id(id);
+  auto result = run_agent_program(options_, server_.base_url(), rows, session_ids, [&] {
+    for (const auto& id : session_ids) (void)server_.sessions().take(id);
+  });
+
+  std::vector<DataProto> parts;
+  for (size_t i = 0; i < session_ids.size(); ++i) {
+    const auto& id = session_ids[i];
+    auto session = server_.sessions().take(id);
+    if (!session || session->turns.empty()) {
+      result.missing_sessions.push_back(id);
+      continue;
+    }
+    DataProto part = serve::session_to_data_proto(*session, options_.pad_token_id);
+    auto reward = result.rewards.find(id);
+    const nlohmann::json agent_reward =
+        reward == result.rewards.end() ? nlohmann::json() : nlohmann::json(reward->second);
+    part.non_tensor_batch["row_index"] = dataproto::Column(static_cast<size_t>(part.size()), nlohmann::json(i));
+    part.non_tensor_batch["agent_reward"] = dataproto::Column(static_cast<size_t>(part.size()), agent_reward);
+    parts.push_back(std::move(part));
+    result.sessions.push_back(std::move(*session));
+  }
+  result.batch = concat_sessions(parts, options_.pad_token_id);
+  return result;
+}
+
+ExternalAgentResult run_agent_program(const ExternalAgentOptions& options, const std::string& base_url,
+                                      const std::vector<nlohmann::json>& rows,
+                                      const std::vector<std::string>& session_ids,
+                                      const std::function<void()>& before_start) {
+  check_agent_options(options);
   if (rows.size() != session_ids.size())
     throw ValueError("external agent: " + std::to_string(rows.size()) + " rows but " +
                      std::to_string(session_ids.size()) + " session ids");
   std::set<std::string> ids;
-  for (const auto& id : session_ids) {
-    server_.sessions().check_id(id);
+  for (const auto& id : session_ids)
     if (id.empty() || !ids.insert(id).second)
       throw ValueError("external agent: session id '" + id + "' is empty or given twice");
-  }
   for (size_t i = 0; i < rows.size(); ++i)
     if (!rows[i].is_object()) throw ValueError("external agent: row " + std::to_string(i) + " is not a JSON object");
-  for (const auto& id : session_ids) (void)server_.sessions().take(id);  // no stale turns
+  if (before_start) before_start();
 
   ExternalAgentResult result;
-  result.run_dir = make_run_dir(options_.work_dir);
+  result.run_dir = make_run_dir(options.work_dir);
   const std::string prompts_path = result.run_dir + "/prompts.jsonl";
   const std::string rewards_path = result.run_dir + "/rewards.jsonl";
   const std::string log_path = result.run_dir + "/agent.log";
@@ -163,14 +199,14 @@ ExternalAgentResult ExternalAgentRunner::run(const std::vector<nlohmann::json>& 
   }
 
   std::vector<std::pair<std::string, std::string>> overrides = {
-      {"OPENAI_BASE_URL", server_.base_url()},
-      {"OPENAI_API_KEY", options_.api_key.empty() ? std::string("EMPTY") : options_.api_key},
+      {"OPENAI_BASE_URL", base_url},
+      {"OPENAI_API_KEY", options.api_key.empty() ? std::string("EMPTY") : options.api_key},
       {"HYFLOW_PROMPTS_FILE", prompts_path},
       {"HYFLOW_REWARDS_FILE", rewards_path},
       {"HYFLOW_SESSION_HEADER", "X-Session-Id"}};
-  overrides.insert(overrides.end(), options_.env.begin(), options_.env.end());
+  overrides.insert(overrides.end(), options.env.begin(), options.env.end());
   std::vector<std::string> env = agent_environment(overrides);
-  std::vector<std::string> args = options_.command;
+  std::vector<std::string> args = options.command;
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -197,12 +233,12 @@ ExternalAgentResult ExternalAgentRunner::run(const std::vector<nlohmann::json>& 
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    if (!options_.keep_files) std::filesystem::remove_all(result.run_dir);
+    if (!options.keep_files) std::filesystem::remove_all(result.run_dir);
     throw Error("external agent: cannot start '" + args[0] + "': " + std::strerror(rc));
   }
 
   const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_seconds));
   int status = 0;
   while (true) {
     pid_t w = ::waitpid(pid, &status, WNOHANG);
@@ -226,25 +262,7 @@ ExternalAgentResult ExternalAgentRunner::run(const std::vector<nlohmann::json>& 
   result.log_tail = file_tail(log_path, 4096);
   read_rewards(rewards_path, ids, result);
 
-  std::vector<DataProto> parts;
-  for (size_t i = 0; i < session_ids.size(); ++i) {
-    const auto& id = session_ids[i];
-    auto session = server_.sessions().take(id);
-    if (!session || session->turns.empty()) {
-      result.missing_sessions.push_back(id);
-      continue;
-    }
-    DataProto part = serve::session_to_data_proto(*session, options_.pad_token_id);
-    auto reward = result.rewards.find(id);
-    const nlohmann::json agent_reward =
-        reward == result.rewards.end() ? nlohmann::json() : nlohmann::json(reward->second);
-    part.non_tensor_batch["row_index"] = dataproto::Column(static_cast<size_t>(part.size()), nlohmann::json(i));
-    part.non_tensor_batch["agent_reward"] = dataproto::Column(static_cast<size_t>(part.size()), agent_reward);
-    parts.push_back(std::move(part));
-    result.sessions.push_back(std::move(*session));
-  }
-  result.batch = concat_sessions(parts, options_.pad_token_id);
-  if (!options_.keep_files) std::filesystem::remove_all(result.run_dir);
+  if (!options.keep_files) std::filesystem::remove_all(result.run_dir);
   return result;
 }
 

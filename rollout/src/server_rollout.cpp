@@ -206,6 +206,26 @@ class ServerRollout final : public RolloutBackend {
     loop_->free_cache();
   }
 
+  // Outside agents decode between the backend's calls until collect_sessions holds the engine again.
+  std::string open_for_agents() override {
+    if (!open_for_agents_) {
+      release();
+      open_for_agents_ = true;
+    }
+    return server_->base_url();
+  }
+
+  std::vector<DataProto> collect_sessions(const std::vector<std::string>& session_ids) override {
+    if (open_for_agents_) {
+      hold();  // drains: the turns of requests still running are recorded before they are taken
+      open_for_agents_ = false;
+    }
+    std::vector<DataProto> out;
+    for (const auto& id : session_ids)
+      if (auto rows = server_->collect_session(id)) out.push_back(std::move(*rows));
+    return out;
+  }
+
   nlohmann::json stats() const override {
     const auto s = loop_->stats();
     return json{{"engine", true},
@@ -356,7 +376,10 @@ class ServerRollout final : public RolloutBackend {
   struct Released {
     ServerRollout& self;
     explicit Released(ServerRollout& s) : self(s) { self.release(); }
-    ~Released() { self.hold(); }
+    ~Released() {
+      self.hold();
+      self.open_for_agents_ = false;  // a call while open for agents ends that too
+    }
     Released(const Released&) = delete;
     Released& operator=(const Released&) = delete;
   };
@@ -377,6 +400,7 @@ class ServerRollout final : public RolloutBackend {
   std::mutex hold_mu_;
   std::condition_variable hold_cv_;
   bool held_ = false, parked_ = false;
+  bool open_for_agents_ = false;  // released by open_for_agents, held again by collect_sessions
   std::thread hold_thread_;
   int64_t server_limit_n_ = 1;  // most samples one request may ask (the server's n bound, the engine's batch)
 };

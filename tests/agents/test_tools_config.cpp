@@ -204,3 +204,32 @@ TEST_CASE("tool and interaction config errors name the file and the field", "[ag
   const auto bad_inter = write_file("badinter.yaml", "interaction:\n  - {name: j, class_name: nope.Interaction}\n");
   CHECK_THROWS_WITH(load_interaction_config(bad_inter), Catch::Contains("interaction[0].class_name"));
 }
+
+TEST_CASE("the black-box agent keys (agent.external_*) are read and checked by name") {
+  const ExternalAgentConfig off = parse_external_agent_config(Json::object());
+  CHECK_FALSE(off.enabled());
+  CHECK(off.timeout == 600.0);
+  CHECK(off.reward == "agent");
+  Json rollout = {{"agent",
+                   {{"num_workers", 2},
+                    {"external_command", {"node", "agent.mjs"}},
+                    {"external_timeout", 30},
+                    {"external_reward", "reward_fn"},
+                    {"external_keep_files", true}}}};
+  const ExternalAgentConfig x = parse_external_agent_config(rollout);
+  CHECK(x.enabled());
+  CHECK(x.command == std::vector<std::string>{"node", "agent.mjs"});
+  CHECK(x.timeout == 30.0);
+  CHECK(x.reward == "reward_fn");
+  CHECK(x.keep_files);
+  CHECK(parse_agent_config(rollout).num_workers == 2);  // the loops' reader accepts the external keys
+  auto with = [](const char* key, Json value) { return Json{{"agent", {{key, std::move(value)}}}}; };
+  CHECK_THROWS_WITH(parse_external_agent_config(with("external_command", "node agent.mjs")),
+                    Catch::Contains("agent.external_command: expected a list"));
+  CHECK_THROWS_WITH(parse_external_agent_config(with("external_command", {"node", 3})),
+                    Catch::Contains("agent.external_command: 3 is not a string"));
+  CHECK_THROWS_WITH(parse_external_agent_config(with("external_timeout", 0)), Catch::Contains("external_timeout"));
+  CHECK_THROWS_WITH(parse_external_agent_config(with("external_reward", "judge")), Catch::Contains("'judge'"));
+  CHECK_THROWS_WITH(parse_external_agent_config(with("external_cmd", Json::array())),
+                    Catch::Contains("agent.external_cmd: unknown key"));
+}

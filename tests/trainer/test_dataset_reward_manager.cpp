@@ -424,3 +424,47 @@ TEST_CASE("a reward plugin that is missing or not a library is a ValueError nami
   CHECK_THROWS_AS(load_reward_plugin(not_a_library), ValueError);
   CHECK_THROWS_WITH(load_reward_plugin(not_a_library), Catch::Contains(not_a_library));
 }
+
+TEST_CASE("the reward function sees the rollout's tool and interaction scores (verl's rollout_reward_scores)") {
+  // verl's managers: extra_info["rollout_reward_scores"] = the row's reward_scores ({} without),
+  // extra_info["num_turns"] = its __num_turns__ (null without)
+  algos::reward_score::register_compute_score(
+      "tool_score_sum",
+      [](auto&&, auto&&, auto&&, const nlohmann::json& extra) {
+        double sum = 0;
+        for (const auto& [name, value] : extra.at("rollout_reward_scores").items()) sum += value.template get<double>();
+        return algos::reward_score::ScoreResult{
+            sum, {{"turns", extra.at("num_turns")}, {"index", extra.value("index", nlohmann::json())}}};
+      },
+      true);
+  auto data = rollout({"1+2=", "5+5="}, {"3", "10"}, {"3", "10"});
+  data.non_tensor_batch["extra_info"] = {nlohmann::json{{"index", 4}}, nlohmann::json()};
+  RewardManager naive(char_tok(), {.compute_score = "tool_score_sum"});
+  auto plain = naive(data);
+  CHECK(plain.reward_tensor.sum().item<float>() == 0.0f);
+  CHECK(plain.reward_extra_info.at("turns")[0].is_null());
+  CHECK(plain.reward_extra_info.at("index")[0] == 4);  // the dataset's extra_info is kept
+  data.non_tensor_batch["reward_scores"] = {nlohmann::json{{"calculator", 0.25}, {"interaction", 0.5}},
+                                            nlohmann::json::object()};
+  data.non_tensor_batch["__num_turns__"] = {nlohmann::json(4), nlohmann::json(2)};
+  auto scored = naive(data);
+  CHECK(scored.reward_tensor[0].sum().item<float>() == Approx(0.75));
+  CHECK(scored.reward_tensor[1].sum().item<float>() == 0.0f);
+  CHECK(scored.reward_extra_info.at("turns")[0] == 4);
+  CHECK(data.non_tensor_batch.at("extra_info")[0] == nlohmann::json{{"index", 4}});  // the batch is not changed
+  std::vector<nlohmann::json> seen;
+  register_batch_compute_score(
+      "batch_tool_scores",
+      [&](const std::vector<std::string>&, const std::vector<std::string>& sols, const std::vector<nlohmann::json>&,
+          const std::vector<nlohmann::json>& extras) {
+        seen = extras;
+        return std::vector<algos::reward_score::ScoreResult>(sols.size());
+      },
+      true);
+  RewardManager batch(char_tok(), {.name = "batch", .compute_score = "batch_tool_scores"});
+  (void)batch(data);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].at("rollout_reward_scores").at("interaction") == 0.5);
+  CHECK(seen[1].at("rollout_reward_scores") == nlohmann::json::object());
+  CHECK(seen[1].at("num_turns") == 2);
+}

@@ -204,3 +204,12 @@ TEST_CASE("the worker frees the rollout's KV pool after each rollout when rollou
     }
   }
 }
+
+TEST_CASE("a backend without a server refuses black-box agents, naming the backend that serves them") {
+  Runtime rt;
+  WorkerGroup wg = group(rt, 1, "actor_rollout", with_rollout_name("canned"));
+  CHECK_THROWS_WITH(wg.call(&ActorRolloutRefWorker::open_agent_server),
+                    Catch::Contains("serves no outside agents") && Catch::Contains("rollout.name=server"));
+  CHECK_THROWS_WITH(wg.call(&ActorRolloutRefWorker::collect_agent_sessions, std::vector<std::string>{"a"}),
+                    Catch::Contains("records no agent sessions"));
+}

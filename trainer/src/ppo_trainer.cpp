@@ -10,6 +10,7 @@
 #include <hyflow/algos/metric_utils.hpp>
 #include <hyflow/algos/rollout_correction.hpp>
 #include <hyflow/core/error.hpp>
+#include <hyflow/metrics/server.hpp>
 #include <hyflow/rollout/server_rollout.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
@@ -22,6 +23,7 @@
 
 #include "async_pipeline.hpp"
 #include "data_cursor.hpp"
+#include "external_agent_rollout.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_metrics.hpp"
 #include "validation.hpp"
@@ -65,6 +67,7 @@ struct PPOTrainer::Impl {
   std::unique_ptr<AsyncPipeline> pipeline;  // trainer.v1 colocate_async / separate_async
   // rollout.name=server: the router in front of every rollout rank's server (destroyed first)
   std::unique_ptr<rollout::RolloutRouter> rollout_router;
+  std::unique_ptr<ExternalAgentRollout> external_agent;  // rollout.agent.external_command: a black-box agent
   std::vector<nlohmann::json> history;
 
   explicit Impl(const Config& c) : config(c), config_tree(c.tree()), cfg(read_ppo_config(c)) {}
@@ -156,6 +159,18 @@ void PPOTrainer::Impl::setup() {
   ropt.num_examine = 1;
   val_reward_fn = std::make_unique<RewardManager>(tokenizer, ropt);
 
+  const Json& rollout_section = cfg.actor_rollout_ref.at("rollout");
+  if (auto external = agents::parse_external_agent_config(rollout_section); external.enabled()) {
+    const std::string key = "config key 'actor_rollout_ref.rollout.agent.external_command'";
+    if (rollout_section.value("name", std::string("hf")) != "server")
+      throw ValueError(key + " needs actor_rollout_ref.rollout.name=server (the agent calls the rollout servers)");
+    if (cfg.async.enabled() || multi_turn || algo.adv_estimator == "remax")
+      throw ValueError(key + " does not combine with the asynchronous trainer, multi_turn.enable or remax");
+    const auto server = rollout::server_rollout_options(rollout_section);
+    external_agent = std::make_unique<ExternalAgentRollout>(
+        std::move(external), server.token_file.empty() ? "" : metrics::read_token_file(server.token_file),
+        t.local_dir(), tokenizer->pad_token_id(), world);
+  }
   if (!t.profile_steps.empty()) timeline = std::make_unique<actors::CallTrace>();
   placement = std::make_unique<Placement>(ppo_roles(cfg, total_steps), ppo_pools(cfg), cfg.trainer, cfg.cluster);
   actor = &placement->group("actor_rollout_ref");
@@ -197,6 +212,11 @@ DataProto PPOTrainer::Impl::generate(const std::vector<int64_t>& indices, const 
   actors::TraceSpan prepare_span("phase", "prepare_batch");  // timeline only, as the other untimed parts
   auto [batch, gen_batch] = prepare_generation(indices, uid_prefix);
   prepare_span.end();
+  if (external_agent) {  // the black-box agent's sessions are the rollout (docs/agents-tools.md)
+    if (!rollout_router) throw ValueError("a black-box agent needs the rollout router: call init_workers first");
+    Timer t(m, "gen");
+    return external_agent->generate(*actor, rollout_router->base_url(), batch, n, uid_prefix, m);
+  }
   DataProto gen_out;
   {
     Timer t(m, "gen");
@@ -234,6 +254,7 @@ void PPOTrainer::Impl::score(DataProto& batch, nlohmann::json& m) {
   Timer t(m, "reward");
   if (rm) batch.union_with(DataProto(rm->call(&RewardModelWorker::compute_rm_score, batch)));
   RewardOutput r = (*reward_fn)(batch);
+  if (external_agent) external_agent->apply_agent_rewards(batch, r.reward_tensor, m);
   batch.batch.set("token_level_scores", r.reward_tensor);
   for (auto& [k, v] : r.reward_extra_info)
     if (static_cast<int64_t>(v.size()) == batch.size())

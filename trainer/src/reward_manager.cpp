@@ -76,6 +76,8 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
   const dataproto::Column& sources = column(data, "data_source");
   const dataproto::Column& rms = column(data, "reward_model");
   auto extra_it = data.non_tensor_batch.find("extra_info");
+  auto turns_it = data.non_tensor_batch.find("__num_turns__");
+  auto scores_it = data.non_tensor_batch.find("reward_scores");  // tool calc_reward and interaction scores
 
   std::vector<std::string> solution_strs, data_sources;
   std::vector<nlohmann::json> ground_truths, extra_infos;
@@ -101,8 +103,17 @@ RewardOutput RewardManager::operator()(const DataProto& data) const {
     data_sources.push_back(src.is_string() ? src.get<std::string>() : src.dump());
     const auto& rm = rms.at(static_cast<size_t>(r));
     ground_truths.push_back(rm.is_object() && rm.contains("ground_truth") ? rm.at("ground_truth") : nlohmann::json());
-    extra_infos.push_back(extra_it != data.non_tensor_batch.end() ? extra_it->second.at(static_cast<size_t>(r))
-                                                                  : nlohmann::json::object());
+    nlohmann::json extra = extra_it != data.non_tensor_batch.end() ? extra_it->second.at(static_cast<size_t>(r))
+                                                                   : nlohmann::json::object();
+    if (extra.is_null()) extra = nlohmann::json::object();
+    if (extra.is_object()) {  // verl's reward managers: the rollout's own scores for the reward function
+      extra["num_turns"] = turns_it != data.non_tensor_batch.end() ? turns_it->second.at(static_cast<size_t>(r))
+                                                                   : nlohmann::json();
+      extra["rollout_reward_scores"] = scores_it != data.non_tensor_batch.end()
+                                           ? scores_it->second.at(static_cast<size_t>(r))
+                                           : nlohmann::json::object();
+    }
+    extra_infos.push_back(std::move(extra));
     resp_lens.push_back(vr);
   }
 

@@ -6,6 +6,7 @@
 
 #include <hyflow/actors/call_trace.hpp>
 #include <hyflow/agents/agent_rollout.hpp>
+#include <hyflow/agents/external_agent.hpp>
 #include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/models/response_scores.hpp>
@@ -255,6 +256,28 @@ Json ActorRolloutRefWorker::decode_stats() const {
   return rollout_ ? rollout_->stats() : Json{{"engine", false}};
 }
 
+std::string ActorRolloutRefWorker::open_agent_server() {
+  if (!has_rollout(role_))
+    throw ValueError(std::string("open_agent_server needs the rollout role; this worker is ") + to_string(role_));
+  require_initialized("open_agent_server");
+  if (policy_fsdp_) policy_fsdp_->unshard_all();  // the whole policy while outside agents decode
+  if (merged_) merged_->refresh(/*force=*/policy_fsdp_ != nullptr);
+  return rollout_->open_for_agents();
+}
+
+DataProto ActorRolloutRefWorker::collect_agent_sessions(std::vector<std::string> session_ids) {
+  if (!has_rollout(role_))
+    throw ValueError(std::string("collect_agent_sessions needs the rollout role; this worker is ") + to_string(role_));
+  require_initialized("collect_agent_sessions");
+  const auto parts = rollout_->collect_sessions(session_ids);
+  if (config_.rollout.free_cache_engine) rollout_->free_cache_engine();
+  if (policy_fsdp_) {  // as after a rollout: no packed copy of the gathered weights is kept
+    rollout_->weights_changed();
+    policy_fsdp_->reshard_all();
+  }
+  return agents::concat_sessions(parts, (merged_ ? merged_->model() : policy_)->config().resolved_pad_token_id());
+}
+
 DataProto ActorRolloutRefWorker::log_probs_of(models::CausalLM& model, parallel::FsdpModule* fsdp,
                                               const DataProto& data, const ForwardBatching& batching, bool with_entropy,
                                               const char* method) {
@@ -349,6 +372,9 @@ void ActorRolloutRefWorker::define_methods(MethodTable<ActorRolloutRefWorker>& t
   t.add("load_weights", &ActorRolloutRefWorker::load_weights, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("weight_version", &ActorRolloutRefWorker::weight_version, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("decode_stats", &ActorRolloutRefWorker::decode_stats, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("open_agent_server", &ActorRolloutRefWorker::open_agent_server, {.dispatch = Dispatch::ONE_TO_ALL});
+  t.add("collect_agent_sessions", &ActorRolloutRefWorker::collect_agent_sessions,
+        {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("continue_sequences", &ActorRolloutRefWorker::continue_sequences, {.dispatch = Dispatch::DP_COMPUTE_PROTO});
   t.add("save_checkpoint", &ActorRolloutRefWorker::save_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});
   t.add("load_checkpoint", &ActorRolloutRefWorker::load_checkpoint, {.dispatch = Dispatch::ONE_TO_ALL});

@@ -347,6 +347,15 @@ void read_agent_keys(Section& s) {
          {.help = "the loop of rows without agent_name (null: tool_agent with multi_turn.enable, else "
                   "single_turn_agent)",
           .null_default = true});
+  agents::ExternalAgentConfig x;
+  a.read("external_command", x.command,
+         {.help = "black-box agent: the program's argv, run by the trainer at every step against the rollout "
+                  "router (needs rollout.name=server; empty: off)"});
+  a.read("external_timeout", x.timeout, {.help = "black-box agent: seconds the program may run per step"});
+  a.read("external_reward", x.reward,
+         {.help = "black-box agent: agent (its rewards file, else the reward function) | reward_fn"});
+  a.read("external_keep_files", x.keep_files,
+         {.help = "black-box agent: keep each step's run folder ({default_local_dir}/external_agent/)"});
   a.finish();
 }
 

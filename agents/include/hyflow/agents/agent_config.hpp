@@ -44,6 +44,20 @@ struct AgentConfig {
   std::string default_agent_loop = "single_turn_agent";  ///< when a row has no agent_name
 };
 
+/// actor_rollout_ref.rollout.agent.external_*: a black-box agent program the trainer runs at every
+/// training step instead of its own rollout (docs/agents-tools.md, "Train a black-box agent").
+struct ExternalAgentConfig {
+  std::vector<std::string> command;  ///< external_command: the program's argv (empty: no black-box agent)
+  double timeout = 600.0;            ///< external_timeout: seconds the program may run per step
+  std::string reward = "agent";      ///< external_reward: agent (its reward when given) | reward_fn
+  bool keep_files = false;           ///< external_keep_files: keep each step's run folder
+  bool enabled() const { return !command.empty(); }
+};
+
+/// Reads the external_* keys of `rollout["agent"]`; a mistyped key or value is a ValueError
+/// naming it.
+ExternalAgentConfig parse_external_agent_config(const nlohmann::json& rollout);
+
 /// Reads `rollout["multi_turn"]` and `rollout["agent"]` of the actor_rollout_ref.rollout section;
 /// missing keys keep the defaults, a mistyped or unknown key is a hyflow::ValueError naming
 /// actor_rollout_ref.rollout.multi_turn.<key>. With multi_turn.enable the default agent loop is

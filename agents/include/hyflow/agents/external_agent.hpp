@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -69,6 +70,18 @@ class ExternalAgentRunner {
   serve::Server& server_;
   ExternalAgentOptions options_;
 };
+
+/// Runs the program once against `base_url` (an OpenAI ".../v1": one server, or a router in
+/// front of several) over `rows`, `session_ids[i]` tagging row i, and reads its rewards file;
+/// collects nothing: the result's batch, sessions and missing_sessions are left to the caller, who
+/// takes the sessions from wherever they were recorded (ExternalAgentRunner::run: its server; the
+/// trainer: every rollout rank's server). `before_start` runs after the arguments are checked,
+/// before the program starts. ValueError for bad options, mismatched sizes, duplicate or empty
+/// ids, rows that are not objects; hyflow::Error when the program cannot be started.
+ExternalAgentResult run_agent_program(const ExternalAgentOptions& options, const std::string& base_url,
+                                      const std::vector<nlohmann::json>& rows,
+                                      const std::vector<std::string>& session_ids,
+                                      const std::function<void()>& before_start = {});
 
 /// Concatenates session batches of different widths: prompts left-padded, responses right-padded
 /// (pad_token_id; response_mask and rollout_log_probs 0), input_ids, attention_mask and

@@ -6,6 +6,7 @@
 // weights it was given. Backends are registered by name (rollout_registry.hpp) and picked by
 // actor_rollout_ref.rollout.name; docs/rollout.md shows how to add one.
 
+#include <hyflow/core/error.hpp>
 #include <hyflow/dataproto/data_proto.hpp>
 #include <hyflow/inference/generation.hpp>
 #include <hyflow/models/checkpoint.hpp>
@@ -15,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace hyflow::rollout {
 
@@ -56,6 +59,22 @@ class RolloutBackend {
   /// calls (the worker calls it after each rollout when rollout.free_cache_engine is true; stale
   /// weight copies are weights_changed's business). The next generate_sequences rebuilds them.
   virtual void free_cache_engine() = 0;
+
+  /// Black-box agents (docs/agents-tools.md, "Train a black-box agent"): opens the backend's
+  /// server to outside requests until collect_sessions and returns its base_url. The default (a
+  /// backend without a server): ValueError.
+  virtual std::string open_for_agents() {
+    throw ValueError("this rollout backend serves no outside agents (actor_rollout_ref.rollout.name=server does)");
+  }
+
+  /// Ends what open_for_agents began (requests still running finish first) and returns the
+  /// recorded sessions among `session_ids`, forgotten here, as serve::session_to_data_proto rows:
+  /// one DataProto per session found, in the order of `session_ids` (unknown ids are skipped).
+  /// The default: ValueError.
+  virtual std::vector<DataProto> collect_sessions(const std::vector<std::string>& session_ids) {
+    (void)session_ids;
+    throw ValueError("this rollout backend records no agent sessions (actor_rollout_ref.rollout.name=server does)");
+  }
 
   /// What the backend did (for tests and metrics): a JSON object, backend-specific keys.
   virtual nlohmann::json stats() const = 0;

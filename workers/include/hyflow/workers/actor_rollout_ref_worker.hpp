@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace hyflow::rollout {
 class RolloutBackend;
@@ -111,6 +112,17 @@ class ActorRolloutRefWorker : public Worker {
   /// packed weights are dropped after every rollout), "steps" (forward passes of the last run)}.
   /// ONE_TO_ALL.
   Json decode_stats() const;
+
+  /// Black-box agents (rollout.name=server; docs/agents-tools.md, "Train a black-box agent"): the
+  /// rollout backend's server answers outside requests until collect_agent_sessions, the policy
+  /// prepared as for a rollout (a sharded policy gathered, LoRA adapters merged). Returns this
+  /// rank's base_url. Needs the rollout role. ONE_TO_ALL.
+  std::string open_agent_server();
+  /// Ends open_agent_server (requests still running finish first; the KV pool is freed when
+  /// rollout.free_cache_engine) and returns this rank's recorded sessions among `session_ids`,
+  /// forgotten here, as rollout rows (serve::session_to_data_proto, padded to one width by
+  /// agents::concat_sessions; empty when this rank served none of them). ONE_TO_ALL.
+  DataProto collect_agent_sessions(std::vector<std::string> session_ids);
 
   /// parameter_digest() of the policy's weights on this rank (the ref model's for the ref role);
   /// for tests and sync checks. ONE_TO_ALL.
