@@ -248,9 +248,18 @@ void wait_abortable(const c10::intrusive_ptr<c10d::Work>& work, const std::share
   // wait for that, so that the collective's tensors are the caller's alone on return and a
   // temporary the caller frees (broadcast_parameters' staging buffer) is freed now, on this
   // thread, not a moment later on gloo's. The caller holds the one reference left; the wait is
-  // bounded in case a backend keeps another.
+  // bounded in case a backend keeps another, and a backend (a LibTorch version) seen to keep one
+  // past the bound is not waited for again: the wait is then at most one second per process.
+  static std::atomic<bool> backend_keeps_work{false};
+  if (backend_keeps_work.load(std::memory_order_relaxed)) return;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (work.use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (work.use_count() > 1) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      backend_keeps_work.store(true, std::memory_order_relaxed);
+      return;
+    }
+    std::this_thread::yield();
+  }
 }
 
 /// A gloo collective in flight; `finish` runs once after it has completed.
