@@ -348,6 +348,12 @@ void read_agent_keys(Section& s) {
                   "single_turn_agent)",
           .null_default = true});
   a.finish();
+  // data.apply_chat_template_kwargs, copied here by the trainer (agents::parse_chat_template_kwargs)
+  Section k = s.sub("apply_chat_template_kwargs");
+  agents::ChatTemplateKwargs kwargs;
+  k.read("default_system", kwargs.default_system, {.set_by_trainer = true});
+  k.read("list_tools", kwargs.list_tools, {.set_by_trainer = true});
+  k.finish();
 }
 
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {
