@@ -187,9 +187,9 @@ TEST_CASE("nccl_timeout: the actor's is its worker group's, the reward model's c
 
 TEST_CASE("data.apply_chat_template_kwargs reaches the agent rollout through the rollout section") {
   TempDir dir("seams_chat_kwargs");
-  const PPOConfig cfg = read_ppo_config(with(
-      {"--data.apply_chat_template_kwargs.default_system=Call it.", "--data.apply_chat_template_kwargs.list_tools=false"},
-      dir.path));
+  const PPOConfig cfg = read_ppo_config(with({"--data.apply_chat_template_kwargs.default_system=Call it.",
+                                              "--data.apply_chat_template_kwargs.list_tools=false"},
+                                             dir.path));
   const Json arr = ppo_roles(cfg, /*total_steps=*/2).at(0).init_args.at("config");
   (void)workers::parse_actor_rollout_ref_config(arr);  // the worker takes the copied section
   const agents::ChatTemplateKwargs kwargs = agents::parse_chat_template_kwargs(arr.at("rollout"));
