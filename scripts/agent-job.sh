@@ -34,7 +34,6 @@ t2=$(date +%s)
   --trainer.experiment_name=grpo-tool --trainer.metrics_file="$out/grpo-tool/metrics.jsonl" > "$out/grpo-tool.log"
 t3=$(date +%s)
 "$build/apps/hyflow-grpo/hyflow-grpo" --config=config/grpo_calculator.ini "${steps[@]}" \
-  --actor_rollout_ref.rollout.multi_turn.tool_config_path= \
   --actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent --data.max_response_length=12 \
   --actor_rollout_ref.model.path="$out/sft-notool" --trainer.default_local_dir="$out/grpo-notool" \
   --trainer.experiment_name=grpo-notool --trainer.metrics_file="$out/grpo-notool/metrics.jsonl" \
