@@ -6,7 +6,8 @@
 #   2. SFT warm-up without the tool (the same config, data.synthetic.task = multiplication_chat: the
 #      answer at once, same problems, steps and prompt);
 #   3. GRPO with the calculator (config/grpo_calculator.ini: multi_turn.enable, tool_agent) from 1;
-#   4. GRPO without it (the same config, single_turn_agent, no tools, a short response) from 2;
+#   4. GRPO without it (the same config, single_turn_agent: one generation, the tool never listed
+#      nor called; a short response) from 2;
 # then plots reward, held-out greedy accuracy and tool calls per sample (agent-job.png/.svg) and writes
 # summary.json and summary.md with the three accuracies (warm-up, with the tool, without it), the wall
 # time and the load. The build must be done (scripts/build.sh build; BUILD_DIR to use another).
