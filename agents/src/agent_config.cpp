@@ -153,6 +153,20 @@ MultiTurnConfig parse_multi_turn_config(const Json& rollout) {
   return c;
 }
 
+ChatTemplateKwargs parse_chat_template_kwargs(const Json& rollout) {
+  ChatTemplateKwargs c;
+  const char* where = "data.apply_chat_template_kwargs";
+  if (!rollout.is_object() || !rollout.contains("apply_chat_template_kwargs") ||
+      rollout.at("apply_chat_template_kwargs").is_null())
+    return c;
+  const Json& s = rollout.at("apply_chat_template_kwargs");
+  check_keys(s, where, {"default_system", "list_tools"});
+  if (s.contains("default_system") && !s.at("default_system").is_null())
+    c.default_system = string_key(s, where, "default_system", "");
+  c.list_tools = bool_key(s, where, "list_tools", c.list_tools);
+  return c;
+}
+
 AgentConfig parse_agent_config(const Json& rollout) {
   AgentConfig c;
   if (parse_multi_turn_config(rollout).enable) c.default_agent_loop = "tool_agent";

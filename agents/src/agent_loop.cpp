@@ -27,7 +27,8 @@ tokenizers::ChatTemplateOptions chat_options(const AgentLoopContext& c, bool gen
   tokenizers::ChatTemplateOptions o = c.chat;
   o.add_generation_prompt = generation_prompt;
   o.tools.clear();
-  for (const auto& [name, tool] : c.tools) o.tools.push_back(nlohmann::ordered_json(tool->schema().to_openai()));
+  if (c.list_tools)
+    for (const auto& [name, tool] : c.tools) o.tools.push_back(nlohmann::ordered_json(tool->schema().to_openai()));
   return o;
 }
 

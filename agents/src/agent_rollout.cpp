@@ -39,6 +39,9 @@ AgentRollout::AgentRollout(const nlohmann::json& rollout, std::shared_ptr<const 
     prompt_length_ = p.get<int64_t>();
   }
   if (!tokenizer_) throw ValueError("AgentRollout: no tokenizer");
+  const ChatTemplateKwargs kwargs = parse_chat_template_kwargs(rollout);
+  if (kwargs.default_system) chat_.default_system = kwargs.default_system;
+  list_tools_ = kwargs.list_tools;
   if (!multi_turn_.tool_plugins.empty()) load_tool_plugins(multi_turn_.tool_plugins);
   if (!multi_turn_.tool_config_path.empty()) tools_ = load_tool_config(multi_turn_.tool_config_path);
   if (!multi_turn_.interaction_config_path.empty())
@@ -91,6 +94,7 @@ DataProto AgentRollout::generate(models::CausalLM model, const DataProto& prompt
     context.generator = generator.get();
     context.tokenizer = tokenizer_;
     context.chat = chat_;
+    context.list_tools = list_tools_;
     context.multi_turn = multi_turn_;
     context.tools = tools_;
     context.interactions = interactions_;

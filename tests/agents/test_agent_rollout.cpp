@@ -149,6 +149,39 @@ TEST_CASE("the agent rollout runs rows through their loops on one engine loop", 
                     Catch::Contains("default_agent_loop") && Catch::Contains("react_agent"));
 }
 
+TEST_CASE("apply_chat_template_kwargs gives the loops a compact system turn without the tools", "[agents]") {
+  auto tok = chat_tokenizer();
+  auto model = tiny_model(tok->vocab_size());
+  const testing::TempDir dir("agent_rollout_kwargs");
+  const auto tools = (dir.path / "tools.yaml").string();
+  std::ofstream(tools) << "tools:\n  - class_name: hyflow.tools.CalculatorTool\n"
+                          "    tool_schema: {type: function, function: {name: calculator, description: math}}\n";
+  Json rollout = {{"multi_turn", {{"enable", true}, {"tool_config_path", tools}}},
+                  {"apply_chat_template_kwargs", {{"default_system", "Call the calculator."}, {"list_tools", false}}},
+                  {"prompt_length", 64}};
+  auto greedy = options_of(4);
+  greedy.do_sample = false;
+  const DataProto prompts = prompts_of(*tok, {"1234*5678="}, 16);
+  const at::Tensor row = AgentRollout(rollout, tok).generate(model, prompts, greedy).batch.at("prompts")[0];
+  const std::vector<int64_t> expected = tok->encode(
+      "<|im_start|>system\nCall the calculator.<|im_end|>\n<|im_start|>user\n1234*5678=<|im_end|>\n"
+      "<|im_start|>assistant\n");
+  REQUIRE(expected.size() <= 64);
+  const auto n = static_cast<int64_t>(expected.size());
+  const at::Tensor ids = row.narrow(0, 64 - n, n).contiguous();  // left-padded to prompt_length
+  CHECK(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n) == expected);
+  CHECK(row.narrow(0, 0, 64 - n).eq(tok->pad_token_id()).all().item<bool>());
+
+  // listed, the calculator's schema alone overflows these 64 ids
+  rollout["apply_chat_template_kwargs"]["list_tools"] = true;
+  CHECK_THROWS_WITH(AgentRollout(rollout, tok).generate(model, prompts, greedy),
+                    Catch::Contains("more than the prompt length 64"));
+  rollout["apply_chat_template_kwargs"] = {{"enable_thinking", false}};
+  CHECK_THROWS_WITH(AgentRollout(rollout, tok), Catch::Contains("data.apply_chat_template_kwargs.enable_thinking"));
+  rollout["apply_chat_template_kwargs"] = {{"list_tools", "no"}};
+  CHECK_THROWS_WITH(AgentRollout(rollout, tok), Catch::Contains("data.apply_chat_template_kwargs.list_tools"));
+}
+
 TEST_CASE("a sample that waits does not stall the others on the engine", "[agents]") {
   auto tok = chat_tokenizer();
   auto model = tiny_model(tok->vocab_size());

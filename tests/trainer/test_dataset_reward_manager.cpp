@@ -173,6 +173,57 @@ TEST_CASE("multiplication task: 4-digit operands, products as ground truth, held
   CHECK_THROWS_AS(make_multiplication_task(5, 0, 1, false), ValueError);
 }
 
+TEST_CASE("multiplication chat tasks: the tool agent loop's ids, loss on the model's turns, training problems only") {
+  SyntheticTask sft{.task = "multiplication_calculator", .size = 300, .max_operand = 4, .seed = 0};
+  sft.chat.default_system = "Call the calculator.";
+  const auto rows = load_samples("", sft);
+  REQUIRE(rows.size() == 600);  // two turns per problem
+  const auto problems = make_multiplication_task(300, 4, 0, false);
+  const std::string head = "<|im_start|>system\nCall the calculator.<|im_end|>\n<|im_start|>user\n";
+  auto tok = std::make_shared<tokenizers::CharTokenizer>(chat_char_tokenizer());
+  // the PPO trainer's validation draw (ppo_trainer.cpp: seed + 7919, held out)
+  std::set<std::string> validation;
+  for (const auto& s : make_multiplication_task(512, 4, 7919, true)) validation.insert(s.prompt);
+  for (size_t k = 0; k < problems.size(); ++k) {
+    const Sample& call = rows[2 * k];
+    const Sample& answer = rows[2 * k + 1];
+    const std::string q = problems[k].prompt, product = problems[k].ground_truth.get<std::string>();
+    const std::string expression = q.substr(0, q.size() - 1);
+    CHECK(call.prompt == head + q + "<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(call.response == "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
+                               "\"}}\n</tool_call>");
+    // what the tool agent loop holds after the call: prompt, sampled call, end token, the template's tool turn
+    CHECK(answer.prompt == call.prompt + call.response + "<|im_end|>\n<|im_start|>user\n<tool_response>\n" + product +
+                               "\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+    CHECK(answer.response == product);
+    CHECK(answer.ground_truth == product);
+    CHECK(call.extra_info["turn"] == "call");
+    CHECK(answer.extra_info["turn"] == "answer");
+    const auto star = q.find('*');
+    CHECK(!multiplication_held_out(std::stoll(q.substr(0, star)), std::stoll(q.substr(star + 1))));
+    CHECK(validation.count(q) == 0);
+  }
+  // the loss falls on the model's turns: the call (row 0) and the answer (row 1), each with its end token
+  SFTDataset ds({rows[0], rows[1]}, tok, 256);
+  const auto b = ds.batch({0, 1});
+  CHECK(b.batch.at("loss_mask")[0].sum().item<int64_t>() == static_cast<int64_t>(rows[0].response.size()) + 1);
+  CHECK(b.batch.at("loss_mask")[1].sum().item<int64_t>() == static_cast<int64_t>(rows[1].response.size()) + 1);
+  const int64_t answer_prompt = static_cast<int64_t>(tok->encode(rows[1].prompt).size());
+  CHECK(b.batch.at("loss_mask")[1].narrow(0, 0, answer_prompt).sum().item<int64_t>() == 0);
+
+  sft.task = "multiplication_chat";  // the answer at once, for the baseline without the tool
+  const auto direct = load_samples("", sft);
+  REQUIRE(direct.size() == 300);
+  CHECK(direct[4].prompt == rows[8].prompt);
+  CHECK(direct[4].response == problems[4].ground_truth.get<std::string>());
+  CHECK(is_chat_task("multiplication_chat"));
+  CHECK(!is_chat_task("multiplication"));
+  // a template without tool calls cannot render the call
+  sft.task = "multiplication_calculator";
+  sft.chat.chat_template = tokenizers::ChatTemplate::kChatML;
+  CHECK_THROWS_AS(load_samples("", sft), ValueError);
+}
+
 TEST_CASE("char_count task: verl-recipe prompts, a spelled-out count, the count as ground truth") {
   const auto a = make_char_count_task(200, 8, 3), b = make_char_count_task(200, 8, 3),
              c = make_char_count_task(200, 8, 4);

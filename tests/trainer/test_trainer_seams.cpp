@@ -4,6 +4,7 @@
 #include "ppo_test_fixture.hpp"
 
 #include <hyflow/actors/all.hpp>
+#include <hyflow/agents/agent_config.hpp>
 #include <hyflow/tracking/tracking.hpp>
 #include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/placement.hpp>
@@ -182,6 +183,23 @@ TEST_CASE("nccl_timeout: the actor's is its worker group's, the reward model's c
   CHECK(workers::parse_critic_config(ppo_roles(gae, 2).at(1).init_args.at("config")).nccl_timeout == 900);
   CHECK_THROWS_WITH(read_ppo_config(with({"--actor_rollout_ref.nccl_timeout=0"}, dir.path)),
                     Catch::Contains("actor_rollout_ref.nccl_timeout") && Catch::Contains(">= 1"));
+}
+
+TEST_CASE("data.apply_chat_template_kwargs reaches the agent rollout through the rollout section") {
+  TempDir dir("seams_chat_kwargs");
+  const PPOConfig cfg = read_ppo_config(with({"--data.apply_chat_template_kwargs.default_system=Call it.",
+                                              "--data.apply_chat_template_kwargs.list_tools=false"},
+                                             dir.path));
+  const Json arr = ppo_roles(cfg, /*total_steps=*/2).at(0).init_args.at("config");
+  (void)workers::parse_actor_rollout_ref_config(arr);  // the worker takes the copied section
+  const agents::ChatTemplateKwargs kwargs = agents::parse_chat_template_kwargs(arr.at("rollout"));
+  CHECK(kwargs.default_system == std::optional<std::string>("Call it."));
+  CHECK(!kwargs.list_tools);
+  const Json plain = ppo_roles(read_ppo_config(with({}, dir.path)), 2).at(0).init_args.at("config");
+  CHECK(!agents::parse_chat_template_kwargs(plain.at("rollout")).default_system);
+  CHECK(agents::parse_chat_template_kwargs(plain.at("rollout")).list_tools);
+  CHECK_THROWS_WITH(read_ppo_config(with({"--data.apply_chat_template_kwargs.enable_thinking=false"}, dir.path)),
+                    Catch::Contains("data.apply_chat_template_kwargs.enable_thinking"));
 }
 
 TEST_CASE("a trainer loop of its own (best-of-n rejection sampling) on the public pieces, without ppo_trainer.cpp") {

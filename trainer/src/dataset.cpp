@@ -169,6 +169,55 @@ std::vector<Sample> make_multiplication_task(int64_t count, int64_t digits, uint
   return out;
 }
 
+std::vector<Sample> make_multiplication_chat_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
+                                                  const tokenizers::ChatTemplateOptions& chat, bool with_tool,
+                                                  double correct_fraction) {
+  using tokenizers::ChatMessage;
+  tokenizers::ChatTemplateOptions prompt_options = chat, turn_options = chat;
+  prompt_options.tools.clear();
+  prompt_options.add_generation_prompt = true;
+  turn_options.tools.clear();
+  turn_options.add_generation_prompt = false;
+  const std::string end = "<|im_end|>";
+  std::vector<Sample> out;
+  for (Sample& problem : make_multiplication_task(count, digits, seed, held_out, correct_fraction)) {
+    const std::string expression = problem.prompt.substr(0, problem.prompt.size() - 1);  // "1234*5678"
+    const ChatMessage user{"user", problem.prompt};
+    Sample first = problem;
+    first.prompt = tokenizers::apply_chatml({user}, prompt_options);
+    if (!with_tool) {
+      first.extra_info["turn"] = "answer";
+      out.push_back(std::move(first));
+      continue;
+    }
+    nlohmann::ordered_json arguments = {{"expression", expression}};
+    const ChatMessage call{"assistant", "", {{.name = "calculator", .arguments = arguments}}};
+    const std::string with_call = tokenizers::apply_chatml({user, call}, turn_options);
+    const std::string call_text = with_call.substr(std::min(first.prompt.size(), with_call.size()));
+    if (with_call.compare(0, first.prompt.size(), first.prompt) != 0 || call_text.size() < end.size() + 1 ||
+        call_text.compare(call_text.size() - end.size() - 1, end.size(), end) != 0)
+      throw ValueError("multiplication_calculator task: the chat template does not render the call as an assistant "
+                       "turn ending on " + end);
+    first.response = call_text.substr(0, call_text.size() - end.size() - 1);
+    first.extra_info["turn"] = "call";
+    Sample second = problem;
+    second.prompt =
+        tokenizers::apply_chatml({user, call, {"tool", problem.ground_truth.get<std::string>()}}, prompt_options);
+    const std::string before_tool = first.prompt + first.response + end;
+    if (second.prompt.compare(0, before_tool.size(), before_tool) != 0)
+      throw ValueError("multiplication_calculator task: the chat template's tool turn does not follow the call's " +
+                       end);
+    second.extra_info["turn"] = "answer";
+    out.push_back(std::move(first));
+    out.push_back(std::move(second));
+  }
+  return out;
+}
+
+bool is_chat_task(const std::string& task) {
+  return task == "multiplication_calculator" || task == "multiplication_chat";
+}
+
 std::vector<Sample> make_char_count_task(int64_t count, int64_t max_length, uint64_t seed, double correct_fraction) {
   if (count < 0) throw ValueError("char_count task: count must be >= 0, got " + std::to_string(count));
   if (max_length < 5)
@@ -229,8 +278,12 @@ std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& 
     if (synthetic.task == "multiplication")
       return make_multiplication_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.held_out,
                                       synthetic.correct_fraction);
+    if (is_chat_task(synthetic.task))
+      return make_multiplication_chat_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.held_out,
+                                           synthetic.chat, synthetic.task == "multiplication_calculator",
+                                           synthetic.correct_fraction);
     throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task +
-                     "' (arithmetic, char_count, multiplication)");
+                     "' (arithmetic, char_count, multiplication, multiplication_calculator, multiplication_chat)");
   }
   std::vector<Sample> out;
   std::stringstream ss(files);
@@ -345,10 +398,22 @@ std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& m
   return tokenizer;
 }
 
-void save_char_tokenizer_config(const std::string& model_dir) {
-  std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json") << nlohmann::json{
-      {"tokenizer_class", "hyflow-char"},
-      {"alphabet", tokenizers::CharTokenizerOptions{}.alphabet}}.dump(2);
+void save_char_tokenizer_config(const std::string& model_dir, const tokenizers::CharTokenizerOptions& options) {
+  std::ofstream(std::filesystem::path(model_dir) / "tokenizer_config.json")
+      << nlohmann::json{{"tokenizer_class", "hyflow-char"}, {"alphabet", options.alphabet},
+                        {"special_tokens", options.special_tokens}, {"eos_token", options.eos_token},
+                        {"pad_token", options.pad_token}}
+             .dump(2);
+}
+
+tokenizers::CharTokenizerOptions chat_char_tokenizer() {
+  tokenizers::CharTokenizerOptions o;
+  o.alphabet.clear();
+  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
+  o.alphabet += "\n";
+  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
+  o.eos_token = "<|im_end|>";
+  return o;
 }
 
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {

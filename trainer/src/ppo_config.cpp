@@ -58,6 +58,13 @@ void read_data(Section s, DataSection& d) {
     y.read("seed", t.seed, {.help = "built-in task: generator seed"});
     y.finish();
   }
+  {
+    Section k = s.sub("apply_chat_template_kwargs");
+    k.read("default_system", d.default_system,
+           {.help = "agent loops: the system turn of rows without one (null: the template's; docs/agents.md)"});
+    k.read("list_tools", d.list_tools, {.help = "agent loops: the tools' schemas in the system turn"});
+    k.finish();
+  }
   s.finish();
   if (s.describing()) return;
   require_one_of(d.truncation, {"error", "left", "right", "middle"}, s.key_path("truncation"), d.truncation);

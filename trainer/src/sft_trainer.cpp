@@ -126,8 +126,17 @@ SFTResult run_sft(const Config& c) {
                      ") and 'data.micro_batch_size_per_gpu' (" + std::to_string(micro) +
                      ") must be > 0 and the first a multiple of the second");
   const std::string pretrain = c.get_string("model.partial_pretrain");
+  const bool chat_task = c.get_string("data.train_files").empty() && is_chat_task(c.get_string("data.synthetic.task"));
+  if (chat_task && c.get_bool("data.apply_chat_template_kwargs.list_tools"))
+    throw ValueError("config key 'data.apply_chat_template_kwargs.list_tools' must be false with data.synthetic.task " +
+                     c.get_string("data.synthetic.task") +
+                     " (its rows list no tools; the warm-up teaches the call): set it false here and in the GRPO "
+                     "config, so that both render the same prompt");
+  // A new tiny model of a chat task gets the chat char tokenizer (the template's specials, the call's JSON).
+  const tokenizers::CharTokenizerOptions char_options =
+      chat_task ? chat_char_tokenizer() : tokenizers::CharTokenizerOptions{};
   std::shared_ptr<const tokenizers::Tokenizer> tok =
-      pretrain.empty() ? std::make_shared<tokenizers::CharTokenizer>() : load_tokenizer(pretrain);
+      pretrain.empty() ? std::make_shared<tokenizers::CharTokenizer>(char_options) : load_tokenizer(pretrain);
   models::ModelConfig mcfg;
   models::CausalLM model{nullptr};
   if (pretrain.empty()) {
@@ -144,6 +153,8 @@ SFTResult run_sft(const Config& c) {
                      .max_operand = c.get_int("data.synthetic.max_operand"),
                      .seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed")),
                      .correct_fraction = c.get_double("data.synthetic.correct_fraction")};
+  if (!c.is_null("data.apply_chat_template_kwargs.default_system"))
+    task.chat.default_system = c.get_string("data.apply_chat_template_kwargs.default_system");
   const std::string pk = c.get_string("data.prompt_key"), rk = c.get_string("data.response_key");
   auto train_rows = load_samples(c.get_string("data.train_files"), task, pk, rk);
   SyntheticTask vtask = task;
@@ -225,11 +236,15 @@ SFTResult run_sft(const Config& c) {
   }
   tracking.close();
   model->eval();
-  result.val_exact_match = greedy_accuracy(model, *tok, val_rows, max_length / 2);
-  std::cout << "sft: greedy accuracy on " << val_rows.size() << " validation prompts: " << result.val_exact_match
+  // Rows whose response is a tool call (multiplication_calculator's first turn) have no answer to score.
+  std::vector<Sample> answer_rows;
+  for (const auto& r : val_rows)
+    if (r.extra_info.value("turn", "") != "call") answer_rows.push_back(r);
+  result.val_exact_match = greedy_accuracy(model, *tok, answer_rows, max_length / 2);
+  std::cout << "sft: greedy accuracy on " << answer_rows.size() << " validation prompts: " << result.val_exact_match
             << std::endl;
   models::save_pretrained(*model, mcfg, out_dir);
-  if (pretrain.empty()) save_char_tokenizer_config(out_dir);
+  if (pretrain.empty()) save_char_tokenizer_config(out_dir, char_options);
   else if (std::filesystem::exists(std::filesystem::path(pretrain) / "tokenizer_config.json"))
     std::filesystem::copy_file(std::filesystem::path(pretrain) / "tokenizer_config.json",
                                std::filesystem::path(out_dir) / "tokenizer_config.json",

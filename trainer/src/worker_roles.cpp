@@ -16,6 +16,8 @@ std::vector<RoleSpec> ppo_roles(const PPOConfig& c, int64_t total_steps) {
   if (!rollout.contains("prompt_length")) rollout["prompt_length"] = c.data.max_prompt_length;
   if (!rollout.contains("response_length")) rollout["response_length"] = c.data.max_response_length;
   rollout["seed"] = c.trainer.seed;
+  rollout["apply_chat_template_kwargs"] = {{"list_tools", c.data.list_tools}};
+  if (c.data.default_system) rollout["apply_chat_template_kwargs"]["default_system"] = *c.data.default_system;
   // the "server" backend serves the policy's own tokenizer (verl's tokenizer_path defaults likewise)
   if (rollout.value("name", "") == "server" &&
       (!rollout.contains("server") || !rollout["server"].contains("tokenizer_path") ||

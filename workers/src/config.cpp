@@ -357,6 +357,12 @@ void read_agent_keys(Section& s) {
   a.read("external_keep_files", x.keep_files,
          {.help = "black-box agent: keep each step's run folder ({default_local_dir}/external_agent/)"});
   a.finish();
+  // data.apply_chat_template_kwargs, copied here by the trainer (agents::parse_chat_template_kwargs)
+  Section k = s.sub("apply_chat_template_kwargs");
+  agents::ChatTemplateKwargs kwargs;
+  k.read("default_system", kwargs.default_system, {.set_by_trainer = true});
+  k.read("list_tools", kwargs.list_tools, {.set_by_trainer = true});
+  k.finish();
 }
 
 void read_rollout(Section s, RolloutSection& r, const ActorSection& actor) {

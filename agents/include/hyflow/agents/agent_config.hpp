@@ -58,6 +58,18 @@ struct ExternalAgentConfig {
 /// naming it.
 ExternalAgentConfig parse_external_agent_config(const nlohmann::json& rollout);
 
+/// How the agent loops render prompts: verl's data.apply_chat_template_kwargs, which the trainer
+/// copies into the rollout section as `apply_chat_template_kwargs` (hyflow's templates are C++, so
+/// the entries are the options they have).
+struct ChatTemplateKwargs {
+  std::optional<std::string> default_system;  ///< the system turn when a row has none (unset: the template's)
+  bool list_tools = true;                     ///< the tools' schemas in the system turn (false: the model knows them)
+};
+
+/// Reads `rollout["apply_chat_template_kwargs"]` (missing or null: the defaults); a mistyped or
+/// unknown entry is a hyflow::ValueError naming data.apply_chat_template_kwargs.<key>.
+ChatTemplateKwargs parse_chat_template_kwargs(const nlohmann::json& rollout);
+
 /// Reads `rollout["multi_turn"]` and `rollout["agent"]` of the actor_rollout_ref.rollout section;
 /// missing keys keep the defaults, a mistyped or unknown key is a hyflow::ValueError naming
 /// actor_rollout_ref.rollout.multi_turn.<key>. With multi_turn.enable the default agent loop is

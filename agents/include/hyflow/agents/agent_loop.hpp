@@ -61,8 +61,11 @@ struct AgentLoopOutput {
 struct AgentLoopContext {
   TokenGenerator* generator = nullptr;
   std::shared_ptr<const tokenizers::Tokenizer> tokenizer;
-  /// The chat template and its options; the loop sets `tools` from `tools` and add_generation_prompt.
+  /// The chat template and its options; the loop sets `tools` from `tools` (when list_tools) and
+  /// add_generation_prompt.
   tokenizers::ChatTemplateOptions chat;
+  /// The tools' schemas go in the prompt (false: a model that learned the calls sees none).
+  bool list_tools = true;
   MultiTurnConfig multi_turn;
   std::map<std::string, std::shared_ptr<Tool>> tools;                ///< by function name
   std::map<std::string, std::shared_ptr<Interaction>> interactions;  ///< by name
@@ -83,7 +86,8 @@ class AgentLoop {
 
  protected:
   const AgentLoopContext& context() const { return context_; }
-  /// The prompt ids: the sample's messages through the chat template (with the tools), with
+  /// The prompt ids: the sample's messages through the chat template (with the tools when
+  /// context().list_tools), with
   /// the generation prompt. ValueError naming the sample when messages is not a list of
   /// {"role", "content"} objects or the ids exceed context().prompt_length.
   std::vector<int64_t> prompt_ids(const AgentSample& sample) const;

@@ -23,9 +23,10 @@ namespace hyflow::agents {
 
 class AgentRollout {
  public:
-  /// `rollout` is the actor_rollout_ref.rollout section (multi_turn.*, agent.*); the tool and
-  /// interaction config files are loaded here. `tokenizer` is the served model's; `chat` the
-  /// chat template (its tools are set from the tool config).
+  /// `rollout` is the actor_rollout_ref.rollout section (multi_turn.*, agent.*,
+  /// apply_chat_template_kwargs); the tool and interaction config files are loaded here.
+  /// `tokenizer` is the served model's; `chat` the chat template (its tools are set from the tool
+  /// config; apply_chat_template_kwargs.default_system, when set, replaces its default_system).
   AgentRollout(const nlohmann::json& rollout, std::shared_ptr<const tokenizers::Tokenizer> tokenizer,
                tokenizers::ChatTemplateOptions chat = {});
 
@@ -51,6 +52,7 @@ class AgentRollout {
   AgentConfig agent_;
   std::shared_ptr<const tokenizers::Tokenizer> tokenizer_;
   tokenizers::ChatTemplateOptions chat_;
+  bool list_tools_ = true;
   std::optional<int64_t> prompt_length_;
   std::map<std::string, std::shared_ptr<Tool>> tools_;
   std::map<std::string, std::shared_ptr<Interaction>> interactions_;

@@ -6,6 +6,8 @@
 // seeded epoch order of the sampler.
 
 #include <hyflow/dataproto/data_proto.hpp>
+#include <hyflow/tokenizers/chat_template.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/tokenizers/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -69,10 +71,27 @@ std::vector<Sample> make_multiplication_task(int64_t count, int64_t digits, uint
 /// Whether the multiplication task's pair (a, b) is in the held-out split.
 bool multiplication_held_out(int64_t a, int64_t b);
 
+/// The multiplication task through a chat template, as SFT rows (the warm-ups of issue 29's tool
+/// task): the user message is the task's prompt ("1234*5678="), rendered by `chat` (its `tools`
+/// are not listed: the warm-up teaches the call) with the generation prompt, exactly as the agent
+/// loops render a row's raw prompt. with_tool: two rows per problem, the model's two turns (the
+/// loss falls on each row's response): prompt -> the hermes call
+/// `<tool_call>\n{"name": "calculator", "arguments": {"expression": "1234*5678"}}\n</tool_call>`, and
+/// that prompt + call + end token + the template's tool turn with the product -> the product
+/// (the ids the tool agent loop builds); without: one row, prompt -> the product. The problems are
+/// make_multiplication_task's (same split, seed and correct_fraction: a wrong product is the final
+/// answer's); extra_info "turn" is "call" or "answer". ValueError when the template does not put the
+/// tool turn after the call's end token "<|im_end|>".
+std::vector<Sample> make_multiplication_chat_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
+                                                  const tokenizers::ChatTemplateOptions& chat, bool with_tool,
+                                                  double correct_fraction = 1.0);
+
 /// Rows of a file list ("a.jsonl,train.parquet"; a file starting with Parquet's magic "PAR1"
 /// is read as Parquet, any other as JSONL) or, when `files` is empty, of the built-in task
-/// (`task` arithmetic, char_count or multiplication; `max_operand` is char_count's longest word,
-/// multiplication's operand digits; `held_out` picks multiplication's held-out split).
+/// (`task` arithmetic, char_count, multiplication or, SFT rows through the chat template `chat`,
+/// multiplication_calculator (with the tool call) and multiplication_chat (the answer directly);
+/// `max_operand` is char_count's longest word, multiplication's operand digits; `held_out` picks
+/// multiplication's held-out split).
 struct SyntheticTask {
   std::string task = "arithmetic";
   int64_t size = 0;
@@ -80,7 +99,11 @@ struct SyntheticTask {
   uint64_t seed = 0;
   double correct_fraction = 1.0;
   bool held_out = false;  ///< the validation draw (multiplication: pairs disjoint from training's)
+  tokenizers::ChatTemplateOptions chat = {};  ///< the chat tasks' template (data.apply_chat_template_kwargs)
 };
+/// Whether `task` is a built-in task rendered through the chat template (multiplication_calculator,
+/// multiplication_chat): its tokenizer must hold the template's special tokens (chat_char_tokenizer).
+bool is_chat_task(const std::string& task);
 std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
                                  const std::string& prompt_key = "prompt", const std::string& response_key = "");
 
@@ -133,8 +156,11 @@ class SFTDataset {
 /// tokenizer_config.json is not a JSON object; ValueError when the tokenizer has ids beyond the
 /// vocab_size of the directory's config.json.
 std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& model_dir);
-/// Writes tokenizer_config.json for the default char tokenizer into `model_dir`.
-void save_char_tokenizer_config(const std::string& model_dir);
+/// Writes tokenizer_config.json for the char tokenizer of `options` (default: the built-in tasks') into `model_dir`.
+void save_char_tokenizer_config(const std::string& model_dir, const tokenizers::CharTokenizerOptions& options = {});
+/// The char tokenizer of the chat tasks: printable ASCII and newline, with ChatML's <|im_start|> and
+/// <|im_end|> as special tokens and <|im_end|> as the end token (Qwen2.5's template and hermes tool calls).
+tokenizers::CharTokenizerOptions chat_char_tokenizer();
 
 /// Row order of an epoch: a permutation seeded by (seed, epoch) when shuffling, else 0..n-1.
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch);

@@ -43,6 +43,10 @@ struct DataSection {
   std::string truncation = "error";
   bool filter_overlong_prompts = false;
   SyntheticDataSection synthetic;
+  /// verl's apply_chat_template_kwargs: how the agent loops render prompts (copied into the rollout
+  /// section; docs/agents.md, "A compact prompt").
+  std::optional<std::string> default_system;
+  bool list_tools = true;
 };
 
 /// algorithm.kl_ctrl
