@@ -323,6 +323,51 @@ TEST_CASE("bf16 decode engines (CPU kernels and ATen) track the float32 engine's
   }
 }
 
+TEST_CASE("a bf16 model decodes on the CPU kernels as a bf16 engine does on its float32 widening, token for token") {
+  for (const auto& config : {llama_config(), qwen2_config()}) {
+    INFO(config.architecture);
+    auto model = make_model(config, 41);
+    model->to(torch::kBFloat16);
+    auto widened = make_model(config, 41);  // the same modules; parameters set to the bf16 ones below
+    auto widen = [&] {
+      torch::NoGradGuard g;
+      const auto from = model->parameters();
+      auto to = widened->parameters();
+      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i].to(torch::kFloat));
+    };
+    widen();
+    CHECK(DecodeEngine::kernels_support(model));
+    DecodeEngine engine(model);  // kAuto, the model's own dtype
+    REQUIRE(engine.backend() == DecodeBackend::kKernels);
+    DecodeEngine reference(widened, DecodeEngineOptions{.dtype = DecodeDtype::kBFloat16});
+    const std::vector<DecodeRequest> requests{DecodeRequest{.prompt = {4, 5, 6, 7, 8}, .n = 2, .max_new_tokens = 10},
+                                              DecodeRequest{.prompt = {9}, .max_new_tokens = 10}};
+    auto same = [&](const std::vector<DecodeOutput>& a, const std::vector<DecodeOutput>& b) {
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].tokens == b[i].tokens);
+        CHECK(a[i].log_probs == b[i].log_probs);
+      }
+    };
+    const DecodeSampling greedy{.sampling = {.greedy = true}, .return_log_probs = true};
+    const DecodeSampling sampled{.sampling = {.temperature = 1.0}, .seed = 5, .return_log_probs = true};
+    const auto before = engine.run(requests, greedy);
+    same(before, reference.run(requests, greedy));
+    same(engine.run(requests, sampled), reference.run(requests, sampled));
+    // the bf16 weights packed as they are: the packed copy is the float32 widening's bf16 packing (bytes)
+    CHECK(engine.packed_bytes() > reference.packed_bytes());  // plus the widened embedding, norms, biases
+    // an in-place update of a norm (an optimizer step) reaches the engine's widened copy
+    {
+      torch::NoGradGuard g;
+      model->model->norm->weight.mul_(-2.0);
+    }
+    widen();
+    const auto after = engine.run(requests, greedy);
+    same(after, reference.run(requests, greedy));
+    CHECK(after[0].log_probs != before[0].log_probs);
+  }
+}
+
 TEST_CASE("a bf16 engine casts again only the weights that changed (once per weight version)") {
   auto model = make_model(qwen2_config(), 32);
   const DecodeSampling sampling{.sampling = {.greedy = true}};
