@@ -35,16 +35,27 @@ void check_same_rollout(const DataProto& a, const DataProto& b, double log_prob_
 
 }  // namespace
 
-TEST_CASE("kAuto runs float32 CPU models on the kernels and other dtypes on ATen; kKernels refuses bf16") {
+TEST_CASE("kAuto runs float32 and bf16 CPU models on the kernels and other dtypes on ATen; kKernels refuses fp16") {
   auto model = make_model(llama_config(), 31);
   CHECK(DecodeEngine(model).backend() == DecodeBackend::kKernels);
   CHECK(DecodeEngine(model, {.backend = DecodeBackend::kAten}).backend() == DecodeBackend::kAten);
   model->to(torch::kBFloat16);
+  CHECK(DecodeEngine::kernels_support(model));
+  CHECK(DecodeEngine(model).backend() == DecodeBackend::kKernels);
+  CHECK(DecodeEngine(model, {.backend = DecodeBackend::kAten}).backend() == DecodeBackend::kAten);
+  model->to(torch::kHalf);
   CHECK(DecodeEngine::supports(model));
   CHECK_FALSE(DecodeEngine::kernels_support(model));
   CHECK(DecodeEngine(model).backend() == DecodeBackend::kAten);
   CHECK_THROWS_WITH(DecodeEngine(model, {.backend = DecodeBackend::kKernels}),
-                    Catch::Contains("float32 contiguous CPU parameters"));
+                    Catch::Contains("float32 or bf16 contiguous CPU parameters"));
+  // one parameter of another dtype: neither backend
+  model->to(torch::kFloat);
+  {
+    torch::NoGradGuard g;
+    model->model->norm->weight.set_data(model->model->norm->weight.to(torch::kBFloat16));
+  }
+  CHECK_FALSE(DecodeEngine::kernels_support(model));
 }
 
 TEST_CASE("the ATen backend's greedy tokens equal the CPU kernels' and the reference's on Llama and Qwen2 shapes") {
@@ -151,9 +162,9 @@ TEST_CASE("bf16 models decode on the ATen backend, scored like the actor scores 
   auto model = make_model(qwen2_config(), 27);
   model->to(torch::kBFloat16);
   GenerationOptions opts{.max_new_tokens = 12, .n = 2, .do_sample = false, .return_log_probs = true};
-  auto out = generate(model, prompt_batch(kPrompts), on(opts, DecodeBackend::kAuto));
+  auto out = generate(model, prompt_batch(kPrompts), on(opts, DecodeBackend::kAten));
   CHECK(out.batch["response_mask"].sum().item<int64_t>() >= 8 * 4);
-  check_same_rollout(out, generate(model, prompt_batch(kPrompts), on(opts, DecodeBackend::kAuto)), 0.0);
+  check_same_rollout(out, generate(model, prompt_batch(kPrompts), on(opts, DecodeBackend::kAten)), 0.0);
   // The actor's bf16 recomputation of the same tokens: bf16 logits differ by the summation order
   // of the products (another batch shape), so the log-probs agree to bf16 precision.
   torch::NoGradGuard g;

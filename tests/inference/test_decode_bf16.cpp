@@ -157,6 +157,65 @@ TEST_CASE("the vdpbf16ps build and the portable build of the bf16 GEMM agree") {
   }
 }
 
+TEST_CASE("the batch-1 bf16 GEMV equals its row of a multi-row call bit for bit, both builds, 1 to 3 threads") {
+  // in around 2 x 64 (the pairs of k fetched ahead), odd in (a last pair with one k); out with whole
+  // groups of 8 panels, a short group and a partial panel.
+  torch::manual_seed(12);
+  for (const auto dot : dot_builds()) {
+    Bf16Dot mode(dot);
+    for (const auto& [in, out] : {std::pair{5, 16 * 8 * 2 + 16 * 3 + 5}, {127, 128}, {129, 17}, {131, 300},
+                                  {400, 16 * 8 * 3 + 1}}) {
+      const auto x = torch::randn({5, in}), w = torch::randn({out, in}), b = torch::randn({out});
+      const auto packed = pack_bf16(w);
+      const auto all = bf16_linear(x, packed, b, out);
+      CHECK(error_ratio(all, x, w, b) <= 1.0);
+      for (int threads : {1, 2, 3}) {
+        INFO((dot ? "vdpbf16ps" : "portable") << " in " << in << " out " << out << ", " << threads << " threads");
+        const int before = at::get_num_threads();
+        at::set_num_threads(threads);
+        for (int64_t r : {0, 4}) {
+          const auto one = bf16_linear(x.narrow(0, r, 1).contiguous(), packed, b, out);
+          CHECK(torch::equal(one, all.narrow(0, r, 1)));
+        }
+        at::set_num_threads(before);
+      }
+    }
+  }
+}
+
+TEST_CASE("the bf16 GEMM rounds its activations as to_bf16 in every kernel build (ties, NaN, tails)") {
+  // The AVX-512 build converts 16 activations at a time: its results equal the AVX2 build's, whose
+  // conversion is to_bf16 element by element; x holds ties of the rounding (1 + 2^-8: down to even,
+  // 1 + 3 * 2^-8: up to even) and a NaN, in is not a multiple of 16.
+  if (decode::best_kernel_isa() != decode::Isa::kAvx512) {
+    WARN("this CPU has no AVX-512: only the element-by-element conversion runs");
+    return;
+  }
+  torch::manual_seed(13);
+  const int64_t in = 16 * 5 + 7, out = 40;
+  auto x = torch::randn({3, in});
+  x[0][1] = 1.0F + std::ldexp(1.0F, -8);
+  x[0][2] = 1.0F + 3 * std::ldexp(1.0F, -8);
+  x[1][20] = -1.0F - std::ldexp(1.0F, -8);
+  x[1][33] = 1.0F + std::ldexp(1.0F, -8) + std::ldexp(1.0F, -20);
+  x[2][5] = std::numeric_limits<float>::quiet_NaN();
+  const auto w = torch::randn({out, in}), b = torch::randn({out});
+  const auto packed = pack_bf16(w);
+  for (const auto dot : dot_builds()) {
+    Bf16Dot mode(dot);
+    INFO((dot ? "vdpbf16ps" : "portable"));
+    const auto avx512 = bf16_linear(x, packed, b, out);
+    decode::limit_kernel_isa(decode::Isa::kAvx2);
+    const auto avx2 = bf16_linear(x, packed, b, out);
+    decode::limit_kernel_isa(decode::Isa::kAvx512);
+    CHECK(torch::equal(avx512.narrow(0, 0, 2), avx2.narrow(0, 0, 2)));
+    CHECK(avx512[2].isnan().all().item<bool>());
+    CHECK(avx2[2].isnan().all().item<bool>());
+    // the ties rounded to even: against the reference on the rows without NaN
+    CHECK(error_ratio(avx512.narrow(0, 0, 2), x.narrow(0, 0, 2), w, b) <= 1.0);
+  }
+}
+
 TEST_CASE("attention over a bf16 KV cache equals attention over its float32 widening, every build") {
   // A paged cache (block, kv head, position in block, dim) of 3 rows with GQA 6 / 2, head dims with
   // and without a tail of 16, odd block sizes; row r attends to lengths[r] positions through its table.
@@ -261,6 +320,51 @@ TEST_CASE("bf16 decode engines (CPU kernels and ATen) track the float32 engine's
         CHECK(worst > 0.0);  // the bf16 forward is not the float32 one
       }
     }
+  }
+}
+
+TEST_CASE("a bf16 model decodes on the CPU kernels as a bf16 engine does on its float32 widening, token for token") {
+  for (const auto& config : {llama_config(), qwen2_config()}) {
+    INFO(config.architecture);
+    auto model = make_model(config, 41);
+    model->to(torch::kBFloat16);
+    auto widened = make_model(config, 41);  // the same modules; parameters set to the bf16 ones below
+    auto widen = [&] {
+      torch::NoGradGuard g;
+      const auto from = model->parameters();
+      auto to = widened->parameters();
+      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i].to(torch::kFloat));
+    };
+    widen();
+    CHECK(DecodeEngine::kernels_support(model));
+    DecodeEngine engine(model);  // kAuto, the model's own dtype
+    REQUIRE(engine.backend() == DecodeBackend::kKernels);
+    DecodeEngine reference(widened, DecodeEngineOptions{.dtype = DecodeDtype::kBFloat16});
+    const std::vector<DecodeRequest> requests{DecodeRequest{.prompt = {4, 5, 6, 7, 8}, .n = 2, .max_new_tokens = 10},
+                                              DecodeRequest{.prompt = {9}, .max_new_tokens = 10}};
+    auto same = [&](const std::vector<DecodeOutput>& a, const std::vector<DecodeOutput>& b) {
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].tokens == b[i].tokens);
+        CHECK(a[i].log_probs == b[i].log_probs);
+      }
+    };
+    const DecodeSampling greedy{.sampling = {.greedy = true}, .return_log_probs = true};
+    const DecodeSampling sampled{.sampling = {.temperature = 1.0}, .seed = 5, .return_log_probs = true};
+    const auto before = engine.run(requests, greedy);
+    same(before, reference.run(requests, greedy));
+    same(engine.run(requests, sampled), reference.run(requests, sampled));
+    // the bf16 weights packed as they are: the packed copy is the float32 widening's bf16 packing (bytes)
+    CHECK(engine.packed_bytes() > reference.packed_bytes());  // plus the widened embedding, norms, biases
+    // an in-place update of a norm (an optimizer step) reaches the engine's widened copy
+    {
+      torch::NoGradGuard g;
+      model->model->norm->weight.mul_(-2.0);
+    }
+    widen();
+    const auto after = engine.run(requests, greedy);
+    same(after, reference.run(requests, greedy));
+    CHECK(after[0].log_probs != before[0].log_probs);
   }
 }
 

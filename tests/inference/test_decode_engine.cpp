@@ -111,6 +111,37 @@ TEST_CASE("the decode GEMM's sums do not depend on the other rows, and the vecto
   }
 }
 
+TEST_CASE("the batch-1 GEMV (groups of 8 panels fetched ahead) equals its row of a multi-row call bit for bit") {
+  // in around the 64 k steps fetched ahead (the fetch moves on to the next group's panels); out with
+  // whole groups of 8 panels, a short group and a partial panel; 1 to 3 threads (runs end mid-group).
+  torch::manual_seed(11);
+  for (auto isa : builds()) {
+    KernelMode mode(isa);
+    for (auto [in, out] : std::vector<std::pair<int64_t, int64_t>>{
+             {3, 16 * 8 * 2 + 16 * 3 + 5}, {63, 128}, {64, 17}, {65, 300}, {200, 16 * 8 * 3 + 1}, {129, 1}}) {
+      auto x = torch::randn({5, in});
+      auto w = torch::randn({out, in});
+      auto b = torch::randn({out});
+      auto all = torch::empty({5, out});
+      packed_linear(x, w, b.data_ptr<float>(), all, false);
+      CHECK(torch::allclose(all, torch::addmm(b, x, w.t()), 1e-4, 1e-4));
+      for (int threads : {1, 2, 3}) {
+        INFO(decode::isa_name(isa) << " in " << in << " out " << out << ", " << threads << " threads");
+        IntraOpThreads intra(threads);
+        for (int64_t r : {0, 4}) {
+          auto one = torch::full({1, out}, std::numeric_limits<float>::quiet_NaN());
+          packed_linear(x.narrow(0, r, 1).contiguous(), w, b.data_ptr<float>(), one, false);
+          CHECK(torch::equal(one, all.narrow(0, r, 1)));
+          // accumulate: the residual add on top of what y holds
+          auto acc = torch::ones({1, out});
+          packed_linear(x.narrow(0, r, 1).contiguous(), w, b.data_ptr<float>(), acc, true);
+          CHECK(torch::equal(acc, all.narrow(0, r, 1) + 1));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the decode GEMM's results do not depend on the thread count (runs of panels end mid-group)") {
   // 41 panels (the last partial) of 256 inputs: 2 and 3 threads take runs of 21 / 20 and 14 / 14 / 13
   // panels, so groups of 3 panels are cut short at the runs' ends.

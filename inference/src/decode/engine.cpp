@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -29,9 +30,9 @@ const float* ptr(const at::Tensor& t) {
   return t.defined() ? t.data_ptr<float>() : nullptr;
 }
 
-const float* bias_ptr(const torch::nn::Linear& layer) {
-  return layer->options.bias() ? ptr(layer->bias) : nullptr;
-}
+// The float32 data of a parameter the kernels read as float32 (embedding, norms, biases): its own for a
+// float32 model, a widened copy for a bf16 one.
+using FloatOf = std::function<const float*(const at::Tensor&)>;
 
 struct LayerWeights {
   const float *input_norm, *post_norm;
@@ -76,13 +77,17 @@ std::vector<at::Tensor> linear_weights(models::CausalLM& model) {
   return out;
 }
 
-// packed[i]: the packed copy of linear_weights(model)[i].
-Weights weights_of(models::CausalLM& model, const std::vector<const void*>& packed) {
+// packed[i]: the packed copy of linear_weights(model)[i]; float_of: the float32 data of the other
+// parameters, asked for in the same order on every call.
+Weights weights_of(models::CausalLM& model, const std::vector<const void*>& packed, const FloatOf& float_of) {
   Weights w;
   auto& m = *model->model;
-  w.embed = ptr(m.embed_tokens->weight);
+  auto bias_ptr = [&](const torch::nn::Linear& layer) {
+    return layer->options.bias() ? float_of(layer->bias) : nullptr;
+  };
+  w.embed = float_of(m.embed_tokens->weight);
   w.head = packed.back();
-  w.final_norm = ptr(m.norm->weight);
+  w.final_norm = float_of(m.norm->weight);
   size_t i = 0;
   for (const auto& item : *m.layers) {
     auto* layer = item->as<models::DecoderLayerImpl>();
@@ -90,7 +95,8 @@ Weights weights_of(models::CausalLM& model, const std::vector<const void*>& pack
     auto& f = *layer->mlp;
     const void* const* p = packed.data() + i;
     i += 7;
-    w.layers.push_back(LayerWeights{ptr(layer->input_layernorm->weight), ptr(layer->post_attention_layernorm->weight),
+    w.layers.push_back(LayerWeights{float_of(layer->input_layernorm->weight),
+                                    float_of(layer->post_attention_layernorm->weight),
                                     p[0], bias_ptr(a.q_proj), p[1], bias_ptr(a.k_proj), p[2], bias_ptr(a.v_proj), p[3],
                                     bias_ptr(a.o_proj), p[4], bias_ptr(f.gate_proj), p[5], bias_ptr(f.up_proj), p[6],
                                     bias_ptr(f.down_proj)});
@@ -114,7 +120,22 @@ struct PackedWeight {
     return source.defined() && source.unsafeGetTensorImpl() == w.unsafeGetTensorImpl() && data == w.data_ptr() &&
            !w.is_inference() && version == static_cast<int64_t>(w._version()) && shape == w.sizes().vec();
   }
+  // Records w as the source of the copy just made.
+  void made_from(const at::Tensor& w) {
+    source = w;
+    data = w.data_ptr();
+    version = w.is_inference() ? -1 : static_cast<int64_t>(w._version());
+    shape = w.sizes().vec();
+  }
 };
+
+// Whether every parameter is bf16 (a model the kernels run in bf16 whatever DecodeEngineOptions::dtype).
+bool bf16_model(const models::CausalLM& model) {
+  for (const auto& p : model->parameters()) {
+    if (p.scalar_type() != at::kBFloat16) return false;
+  }
+  return true;
+}
 
 // Reference-counted KV blocks: a prompt's full blocks are shared by its samples.
 class BlockPool {
@@ -194,6 +215,10 @@ struct DecodeEngine::State {
   // pairs (DecodeDtype::kBFloat16 on the CPU kernels).
   std::vector<PackedWeight> packed;
   bool bf16 = false;
+  // A bf16 model (kernels only): its embedding, norms and biases widened to float32 (weights_of's
+  // order), made again when one changes (PackedWeight's rule); its linear weights pack as bf16 exactly.
+  bool model_bf16 = false;
+  std::vector<PackedWeight> widened;
 
   // Scratch, grown when a pass has more rows than any before (never per step afterwards).
   std::vector<float> x, xn, q, k, v, att, gate, up, logits, rotate_tmp;
@@ -235,7 +260,7 @@ DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
                      std::to_string(options_.gpu_memory_utilization));
   }
   if (options_.backend == DecodeBackend::kKernels && !kernels_support(model)) {
-    throw ValueError("DecodeEngine: the CPU kernels need float32 contiguous CPU parameters");
+    throw ValueError("DecodeEngine: the CPU kernels need float32 or bf16 contiguous CPU parameters (of one dtype)");
   }
   if (!supports(model)) {
     throw ValueError(
@@ -249,7 +274,8 @@ DecodeEngine::DecodeEngine(models::CausalLM& model, DecodeEngineOptions options)
     s.aten = std::make_unique<decode::AtenBackend>(model, options_.block_size, options_.attention_chunk_elements,
                                                    options_.dtype == DecodeDtype::kBFloat16);
   }
-  s.bf16 = !s.aten && options_.dtype == DecodeDtype::kBFloat16;
+  s.model_bf16 = !s.aten && bf16_model(model);
+  s.bf16 = !s.aten && (options_.dtype == DecodeDtype::kBFloat16 || s.model_bf16);
   s.d = c.hidden_size;
   s.layers = c.num_hidden_layers;
   s.heads = c.num_attention_heads;
@@ -265,6 +291,7 @@ DecodeEngine::~DecodeEngine() = default;
 
 void DecodeEngine::drop_packed_weights() {
   state_->packed.clear();
+  state_->widened.clear();
   if (state_->aten) state_->aten->drop_weights();
 }
 
@@ -289,7 +316,9 @@ int64_t DecodeEngine::kv_pool_bytes() const {
 
 int64_t DecodeEngine::packed_bytes() const {
   int64_t bytes = 0;
-  for (const auto& p : state_->packed) bytes += p.packed.defined() ? p.packed.nbytes() : 0;
+  for (const auto* copies : {&state_->packed, &state_->widened}) {
+    for (const auto& p : *copies) bytes += p.packed.defined() ? p.packed.nbytes() : 0;
+  }
   return bytes + (state_->aten ? state_->aten->cast_bytes() : 0);
 }
 DecodeEngine::DecodeEngine(DecodeEngine&&) noexcept = default;
@@ -304,8 +333,11 @@ DecodeBackend DecodeEngine::backend() const {
 }
 
 bool DecodeEngine::kernels_support(const models::CausalLM& model) {
-  for (const auto& p : model->parameters()) {
-    if (!p.device().is_cpu() || p.scalar_type() != at::kFloat || !p.is_contiguous()) return false;
+  const auto params = model->parameters();
+  for (const auto& p : params) {
+    const auto dtype = p.scalar_type();
+    if (!p.device().is_cpu() || !p.is_contiguous() || dtype != params.front().scalar_type()) return false;
+    if (dtype != at::kFloat && dtype != at::kBFloat16) return false;
   }
   return true;
 }
@@ -354,9 +386,11 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
   }
   cuda::validate(sampling.sampling);
   auto& st = *state_;
-  if (st.aten ? !supports(model_) : !kernels_support(model_)) {
+  if (st.aten ? !supports(model_) : !kernels_support(model_) || bf16_model(model_) != st.model_bf16) {
     throw ValueError(st.aten ? "DecodeEngine: the model's parameters are no longer of one floating dtype on one device"
-                             : "DecodeEngine: the model must have float32 contiguous CPU parameters");
+                             : std::string("DecodeEngine: the model must have ") +
+                                   (st.model_bf16 ? "bf16" : "float32") +
+                                   " contiguous CPU parameters (the dtype it had when the engine was made)");
   }
   stats_ = DecodeStats{};
 
@@ -379,20 +413,30 @@ std::vector<DecodeOutput> DecodeEngine::run(std::vector<DecodeRequest> requests,
           pw.packed = at::empty({size}, dtype);
         }
         if (st.bf16) {
-          decode::pack_weight_bf16(src.data_ptr<float>(), in, out, static_cast<uint32_t*>(pw.packed.data_ptr()));
+          // a bf16 model's weight widened first: packing rounds it back to itself exactly
+          const auto f = st.model_bf16 ? src.to(at::kFloat) : src;
+          decode::pack_weight_bf16(f.data_ptr<float>(), in, out, static_cast<uint32_t*>(pw.packed.data_ptr()));
         } else {
           decode::pack_weight(src.data_ptr<float>(), in, out, pw.packed.data_ptr<float>());
         }
-        pw.source = src;
-        pw.data = src.data_ptr();
-        pw.version = src.is_inference() ? -1 : static_cast<int64_t>(src._version());
-        pw.shape = src.sizes().vec();
+        pw.made_from(src);
         ++stats_.packed_weights;
       }
       packed_ptrs.push_back(pw.packed.data_ptr());
     }
   });
-  const auto w = st.aten ? Weights{} : weights_of(model_, packed_ptrs);
+  size_t widened = 0;
+  const FloatOf float_of = [&](const at::Tensor& t) -> const float* {
+    if (!st.model_bf16) return ptr(t);
+    if (st.widened.size() <= widened) st.widened.resize(widened + 1);
+    auto& c = st.widened[widened++];
+    if (!c.current(t)) {
+      c.packed = t.to(at::kFloat).contiguous();
+      c.made_from(t);
+    }
+    return c.packed.data_ptr<float>();
+  };
+  const auto w = st.aten ? Weights{} : weights_of(model_, packed_ptrs, float_of);
   const int64_t bs = options_.block_size, kvdim = st.kvdim(), qdim = st.qdim(), D = st.head_dim;
 
   // ---- check the requests, size the cache and the rotary tables ----

@@ -55,6 +55,19 @@ using TileFnOf = void (*)(const E* x, int64_t ldx, const E* p, int64_t in, float
                           int64_t lines);
 using TileFn = TileFnOf<float>;
 
+// Batch 1 (a GEMV): one activation row against kGemvPanels panels side by side, one accumulator chain
+// per output (the tiles' chain, so the results equal theirs bit for bit). p: the first panel, the
+// others at stride in * 16; out: NP * 16 sums. Each panel's line kGemvAhead k steps ahead is fetched
+// into L2 (prefetcht1) every step; in the last kGemvAhead steps the fetch moves on to the same line of
+// the next group's panel (next: its first panel; next_panels of them exist), so that the whole weight
+// is one stream fetched well ahead: on this AMD Zen 4 a one-row tile that fetched 2 KiB ahead into L1
+// over 3 panels read 16-18 GB/s where the same loop over 8 panels fetching 4 KiB ahead into L2 reads
+// 24-27 (loaded machine; bench/README.md, "bf16 side by side with llama2.c").
+constexpr int kGemvPanels = 8;
+constexpr int64_t kGemvAhead = 64;  // k steps: 4 KiB per panel
+template <class E>
+using GemvFnOf = void (*)(const E* x, const E* p, int64_t in, float* out, const E* next, int next_panels);
+
 // ---- portable build --------------------------------------------------------------------
 template <int M, int NP>
 void tile_portable(const float* x, int64_t ldx, const float* p, int64_t in, float* out) {  // fetches nothing ahead
@@ -186,6 +199,69 @@ __attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx,
   for (int m = 0; m < M; ++m) {
 #pragma GCC unroll 4
     for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + (m * NP + n) * kPanel, acc[m][n]);
+  }
+}
+
+// The batch-1 tile (GemvFnOf): one zmm accumulator per panel.
+template <int NP>
+__attribute__((target("avx512f"))) void gemv_avx512(const float* x, const float* p, int64_t in, float* out,
+                                                    const float* next, int next_panels) {
+  __m512 acc[NP];
+#pragma GCC unroll 8
+  for (int n = 0; n < NP; ++n) acc[n] = _mm512_setzero_ps();
+  const int64_t stride = in * kPanel, split = std::max<int64_t>(0, in - kGemvAhead);
+  int64_t k = 0;
+#pragma GCC unroll 2
+  for (; k < split; ++k) {
+    const __m512 xv = _mm512_set1_ps(x[k]);
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) {
+      const float* pk = p + n * stride + k * kPanel;
+      _mm_prefetch(reinterpret_cast<const char*>(pk + kGemvAhead * kPanel), _MM_HINT_T1);
+      acc[n] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(pk), acc[n]);
+    }
+  }
+  for (; k < in; ++k) {
+    const __m512 xv = _mm512_set1_ps(x[k]);
+    const int64_t kn = k + kGemvAhead - in;  // the next group's step to fetch
+    const int fetch = kn < in ? next_panels : 0;
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) {
+      if (n < fetch) _mm_prefetch(reinterpret_cast<const char*>(next + n * stride + kn * kPanel), _MM_HINT_T1);
+      acc[n] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(p + n * stride + k * kPanel), acc[n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + n * kPanel, acc[n]);
+}
+
+// The batch-1 tile of the AVX2 build: two ymm accumulators per panel.
+template <int NP>
+__attribute__((target("avx2,fma"))) void gemv_avx2(const float* x, const float* p, int64_t in, float* out,
+                                                   const float* next, int next_panels) {
+  __m256 acc[NP][2];
+#pragma GCC unroll 8
+  for (int n = 0; n < NP; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+  const int64_t stride = in * kPanel;
+  for (int64_t k = 0; k < in; ++k) {
+    const __m256 xv = _mm256_broadcast_ss(x + k);
+    const int64_t kn = k + kGemvAhead - in;
+    const int fetch = kn < 0 ? NP : (kn < in ? next_panels : 0);
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) {
+      const float* pk = p + n * stride + k * kPanel;
+      if (n < fetch) {
+        const float* f = kn < 0 ? pk + kGemvAhead * kPanel : next + n * stride + kn * kPanel;
+        _mm_prefetch(reinterpret_cast<const char*>(f), _MM_HINT_T1);
+      }
+      acc[n][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(pk), acc[n][0]);
+      acc[n][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(pk + 8), acc[n][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < NP; ++n) {
+    _mm256_storeu_ps(out + n * kPanel, acc[n][0]);
+    _mm256_storeu_ps(out + n * kPanel + 8, acc[n][1]);
   }
 }
 
@@ -368,7 +444,13 @@ struct ShapesOf {
   int rows, group;
   int panels[kMaxTileRows + 1];
   TileFnOf<E> fn[kMaxTileRows + 1][kMaxTilePanels + 1];
+  GemvFnOf<E> gemv[kGemvPanels + 1];  // [panels]: batch 1 in groups of kGemvPanels; null: the tiles
 };
+
+template <template <int> class K, class S, int... Ns>
+void fill_gemv(S& s, std::integer_sequence<int, Ns...>) {
+  ((s.gemv[Ns + 1] = &K<Ns + 1>::run), ...);
+}
 using Shapes = ShapesOf<float>;
 
 template <template <int, int> class K, int M, int NP, class S>
@@ -401,11 +483,23 @@ struct Avx512 {
     tile_avx512<M, NP>(x, ldx, p, in, out, next, lines);
   }
 };
+template <int NP>
+struct GemvAvx2 {
+  static void run(const float* x, const float* p, int64_t in, float* out, const float* next, int next_panels) {
+    gemv_avx2<NP>(x, p, in, out, next, next_panels);
+  }
+};
+template <int NP>
+struct GemvAvx512 {
+  static void run(const float* x, const float* p, int64_t in, float* out, const float* next, int next_panels) {
+    gemv_avx512<NP>(x, p, in, out, next, next_panels);
+  }
+};
 #endif
 
 const Shapes& shapes(Isa isa) {
   static const Shapes portable = [] {
-    Shapes s{.rows = 4, .group = 2, .panels = {}, .fn = {}};
+    Shapes s{.rows = 4, .group = 2, .panels = {}, .fn = {}, .gemv = {}};
     for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 2;
     fill<Portable>(s, std::make_integer_sequence<int, kMaxTileRows>());
     return s;
@@ -414,16 +508,18 @@ const Shapes& shapes(Isa isa) {
   static const Shapes avx2 = [] {
     // 6 x 1 panel = 12 ymm accumulators; up to 3 rows take 2 panels (the batch-1 tile reads
     // two streams at once).
-    Shapes s{.rows = 6, .group = 2, .panels = {}, .fn = {}};
+    Shapes s{.rows = 6, .group = 2, .panels = {}, .fn = {}, .gemv = {}};
     for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = m <= 3 ? 2 : 1;
     fill<Avx2>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    fill_gemv<GemvAvx2>(s, std::make_integer_sequence<int, kGemvPanels>());
     return s;
   }();
   static const Shapes avx512 = [] {
     // 8 x 3 panels = 24 zmm accumulators.
-    Shapes s{.rows = 8, .group = 3, .panels = {}, .fn = {}};
+    Shapes s{.rows = 8, .group = 3, .panels = {}, .fn = {}, .gemv = {}};
     for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 3;
     fill<Avx512>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    fill_gemv<GemvAvx512>(s, std::make_integer_sequence<int, kGemvPanels>());
     return s;
   }();
   if (isa == Isa::kAvx512) return avx512;
@@ -450,6 +546,33 @@ void linear_impl(const ShapesOf<E>& sh, const E* x, int64_t ldx, int64_t rows, c
   const int64_t panel_lines = panel_floats * static_cast<int64_t>(sizeof(E)) / 64;
   const int64_t group_lines = sh.group * panel_lines;
   const int64_t share = tiles > 1 ? (group_lines + tiles - 1) / tiles : 0;
+  // Adds bias and, with accumulate, y's values to the sums of rows [m, m + mr) x panels [p, p + np), into y.
+  auto store = [&](const float* sums, int64_t m, int mr, int64_t p, int np) {
+    const int width = np * static_cast<int>(kPanel);
+    const int64_t o0 = p * kPanel;
+    const int cols = static_cast<int>(std::min<int64_t>(width, out - o0));
+    for (int r = 0; r < mr; ++r) {
+      float* dst = y + (m + r) * ldy + o0;
+      const float* src = sums + r * width;
+      for (int c = 0; c < cols; ++c) {
+        const float v = bias != nullptr ? src[c] + bias[o0 + c] : src[c];
+        dst[c] = accumulate ? dst[c] + v : v;
+      }
+    }
+  };
+  if (rows == 1 && sh.gemv[1] != nullptr) {
+    parallel_for(0, panels, grain, [&](int64_t run0, int64_t run1) {
+      alignas(64) float sums[kGemvPanels * kPanel];
+      for (int64_t p0 = run0; p0 < run1; p0 += kGemvPanels) {
+        const int64_t p1 = std::min<int64_t>(run1, p0 + kGemvPanels);
+        const int np = static_cast<int>(p1 - p0);
+        const int next = static_cast<int>(std::min<int64_t>(kGemvPanels, run1 - p1));
+        sh.gemv[np](x, packed + p0 * panel_floats, in, sums, packed + p1 * panel_floats, next);
+        store(sums, 0, 1, p0, np);
+      }
+    });
+    return;
+  }
   parallel_for(0, panels, grain, [&](int64_t run0, int64_t run1) {
     alignas(64) float sums[kMaxTileRows * kMaxTilePanels * kPanel];
     for (int64_t p0 = run0; p0 < run1; p0 += sh.group) {
@@ -464,17 +587,7 @@ void linear_impl(const ShapesOf<E>& sh, const E* x, int64_t ldx, int64_t rows, c
           const int np = static_cast<int>(std::min<int64_t>(sh.panels[mr], p1 - p));
           sh.fn[mr][np](x + m * ldx, ldx, packed + p * panel_floats, in, sums, next + first * 64,
                         p == p0 ? lines : 0);
-          const int width = np * static_cast<int>(kPanel);
-          const int64_t o0 = p * kPanel;
-          const int cols = static_cast<int>(std::min<int64_t>(width, out - o0));
-          for (int r = 0; r < mr; ++r) {
-            float* dst = y + (m + r) * ldy + o0;
-            const float* src = sums + r * width;
-            for (int c = 0; c < cols; ++c) {
-              const float v = bias != nullptr ? src[c] + bias[o0 + c] : src[c];
-              dst[c] = accumulate ? dst[c] + v : v;
-            }
-          }
+          store(sums, m, mr, p, np);
         }
       }
     }
@@ -563,6 +676,59 @@ struct Bf16Avx512 {
   }
 };
 
+// The batch-1 tile (GemvFnOf, gemv_avx512's fetching): one zmm accumulator per panel, in2 pairs of k.
+template <int NP>
+struct GemvBf16Avx512 {
+  __attribute__((target("avx512f,avx512bf16"))) static void run(const uint32_t* x, const uint32_t* p, int64_t in2,
+                                                                 float* out, const uint32_t* next, int next_panels) {
+    __m512 acc[NP];
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) acc[n] = _mm512_setzero_ps();
+    const int64_t stride = in2 * kPanel, split = std::max<int64_t>(0, in2 - kGemvAhead);
+    int64_t k = 0;
+#pragma GCC unroll 2
+    for (; k < split; ++k) {
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[k]));
+#pragma GCC unroll 8
+      for (int n = 0; n < NP; ++n) {
+        const uint32_t* pk = p + n * stride + k * kPanel;
+        _mm_prefetch(reinterpret_cast<const char*>(pk + kGemvAhead * kPanel), _MM_HINT_T1);
+        acc[n] = _mm512_dpbf16_ps(acc[n], (__m512bh)_mm512_loadu_si512(pk), (__m512bh)xv);
+      }
+    }
+    for (; k < in2; ++k) {
+      const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[k]));
+      const int64_t kn = k + kGemvAhead - in2;
+      const int fetch = kn < in2 ? next_panels : 0;
+#pragma GCC unroll 8
+      for (int n = 0; n < NP; ++n) {
+        if (n < fetch) _mm_prefetch(reinterpret_cast<const char*>(next + n * stride + kn * kPanel), _MM_HINT_T1);
+        acc[n] = _mm512_dpbf16_ps(acc[n], (__m512bh)_mm512_loadu_si512(p + n * stride + k * kPanel), (__m512bh)xv);
+      }
+    }
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) _mm512_storeu_ps(out + n * kPanel, acc[n]);
+  }
+};
+
+// to_bf16 of 16 floats at once (the same integer arithmetic), stored as 16 consecutive bf16.
+// (GCC 12 warns about the undefined vector inside some AVX-512 intrinsics, which their results never read.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) void to_bf16_16(const float* x, uint16_t* out) {
+  const __m512i bits = _mm512_loadu_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i half = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, half), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i words = _mm512_mask_mov_epi32(rounded, nan, quiet);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(words));
+}
+#pragma GCC diagnostic pop
+
 bool cpu_bf16_dot() {
   static const bool has = [] {
     __builtin_cpu_init();
@@ -584,7 +750,7 @@ std::atomic<bool> g_bf16_dot_allowed{[] {
 
 const ShapesOf<uint32_t>& bf16_shapes(bool dot) {
   static const ShapesOf<uint32_t> portable = [] {
-    ShapesOf<uint32_t> s{.rows = 4, .group = 2, .panels = {}, .fn = {}};
+    ShapesOf<uint32_t> s{.rows = 4, .group = 2, .panels = {}, .fn = {}, .gemv = {}};
     for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 2;
     fill<Bf16Portable>(s, std::make_integer_sequence<int, kMaxTileRows>());
     return s;
@@ -592,9 +758,10 @@ const ShapesOf<uint32_t>& bf16_shapes(bool dot) {
 #ifdef HYFLOW_DECODE_X86
   static const ShapesOf<uint32_t> avx512 = [] {
     // 8 x 3 panels = 24 zmm accumulators, as the float32 AVX-512 build.
-    ShapesOf<uint32_t> s{.rows = 8, .group = 3, .panels = {}, .fn = {}};
+    ShapesOf<uint32_t> s{.rows = 8, .group = 3, .panels = {}, .fn = {}, .gemv = {}};
     for (int m = 1; m <= kMaxTileRows; ++m) s.panels[m] = 3;
     fill<Bf16Avx512>(s, std::make_integer_sequence<int, kMaxTileRows>());
+    fill_gemv<GemvBf16Avx512>(s, std::make_integer_sequence<int, kGemvPanels>());
     return s;
   }();
   if (dot) return avx512;
@@ -1467,7 +1634,14 @@ void linear_bf16(const float* x, int64_t ldx, int64_t rows, const uint32_t* pack
   for (int64_t m = 0; m < rows; ++m) {
     const float* xr = x + m * ldx;
     uint32_t* dst = xb.data() + m * in2;
-    for (int64_t kp = 0; kp < in2; ++kp) {
+    int64_t kp = 0;
+#ifdef HYFLOW_DECODE_X86
+    // A pair word is its two bf16 in memory order (little endian): 16 floats make 8 words.
+    if (current_isa() == Isa::kAvx512) {
+      for (; 2 * kp + 16 <= in; kp += 8) to_bf16_16(xr + 2 * kp, reinterpret_cast<uint16_t*>(dst + kp));
+    }
+#endif
+    for (; kp < in2; ++kp) {
       const int64_t k = 2 * kp;
       const uint32_t hi = k + 1 < in ? to_bf16(xr[k + 1]) : 0U;
       dst[kp] = static_cast<uint32_t>(to_bf16(xr[k])) | (hi << 16);

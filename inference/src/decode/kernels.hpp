@@ -49,7 +49,9 @@ void pack_weight(const float* w, int64_t in, int64_t out, float* packed);
 /// the rows, the tile or the vector build (the portable build without a fast fma rounds the
 /// product apart): results do not depend on the other rows of the call. A register tile is up to
 /// 8 rows x 48 outputs (AVX-512) or 6 x 16 (AVX2); each group of panels is read from memory once per
-/// call for all rows. Splits the output over parallel_for in equal runs of panels.
+/// call for all rows. Splits the output over parallel_for in equal runs of panels. One row (batch 1) runs
+/// a GEMV instead (AVX-512 and AVX2 builds; same chains, same results): 8 panels side by side, each 4 KiB
+/// ahead fetched into L2 and, at a group's end, the next group's first lines (docs/inference.md).
 void linear(const float* x, int64_t ldx, int64_t rows, const float* packed, const float* bias, int64_t in, int64_t out,
             float* y, int64_t ldy, bool accumulate);
 
@@ -75,7 +77,8 @@ int64_t packed_bf16_words(int64_t in, int64_t out);
 /// operand layout of vdpbf16ps.
 void pack_weight_bf16(const float* w, int64_t in, int64_t out, uint32_t* packed);
 
-/// linear() on a bf16 packed weight (pack_weight_bf16): x's rows are rounded to bf16, the products
+/// linear() on a bf16 packed weight (pack_weight_bf16), the batch-1 GEMV included (vdpbf16ps build): x's
+/// rows are rounded to bf16 (16 at a time in the AVX-512 build, the same arithmetic as to_bf16), the products
 /// summed in float32, bias and the residual add (accumulate) in float32. Every output is the chain, per
 /// pair of k in order from 0, acc = acc + x[k+1] w[k+1], then acc = acc + x[k] w[k] (each product exact,
 /// each add rounded): vdpbf16ps's definition, computed with it (bf16_dot_enabled) or in plain float

@@ -29,7 +29,7 @@ enum class DecodeBackend {
 
 /// The precision a DecodeEngine computes in (docs/inference.md, "bf16").
 enum class DecodeDtype {
-  kModel,     ///< the model's own: float32 on the CPU kernels, the parameters' dtype on ATen
+  kModel,     ///< the model's own: float32 or bf16 on the CPU kernels, the parameters' dtype on ATen
   kBFloat16,  ///< bf16 weights (CPU kernels: packed bf16, vdpbf16ps where the CPU has it; ATen: a bf16 copy of
               ///< the parameters and a bf16 KV pool), float32 sums, norms, softmax, residual stream and logits
 };
@@ -161,7 +161,7 @@ struct DecodeStats {
 };
 
 /// Decodes requests on a CausalLM. Two forwards serve the same scheduler (DecodeBackend): the
-/// CPU kernels on float32 CPU parameters, and ATen ops on the model's device and dtype (CUDA,
+/// CPU kernels on float32 or bf16 CPU parameters, and ATen ops on the model's device and dtype (CUDA,
 /// bf16 / fp16), whose per-pass work stays on the device and whose only read back per step is
 /// the chosen tokens (with their log-probs) for the stop check. With the kernels the engine
 /// holds a packed copy of every linear weight (as much memory again as those weights) and checks
@@ -181,7 +181,9 @@ class DecodeEngine {
 
   /// Whether the model can run here: floating-point contiguous parameters of one dtype on one device.
   static bool supports(const models::CausalLM& model);
-  /// Whether the CPU kernels can run it: float32, contiguous parameters, on the CPU.
+  /// Whether the CPU kernels can run it: contiguous CPU parameters, all float32 or all bf16 (a bf16 model
+  /// runs the kernels' bf16 path: its weights packed as bf16 exactly, its embedding, norms and biases
+  /// widened to float32).
   static bool kernels_support(const models::CausalLM& model);
   /// The backend this engine runs (kAuto resolved).
   DecodeBackend backend() const;
