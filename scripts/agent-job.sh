@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 29's learned tool task end to end: 4-digit x 4-digit multiplication, which the built-in tiny
 # char-level model cannot do in its head.
-#   1. SFT warm-up with the tool (config/sft_calculator.ini): a few hundred training problems rendered
+#   1. SFT warm-up with the tool (config/sft_calculator.ini): 4096 training problems rendered
 #      through the chat template as the calculator call, the tool turn and the answer;
 #   2. SFT warm-up without the tool (the same config, data.synthetic.task = multiplication_chat: the
 #      answer at once, same problems, steps and prompt);
