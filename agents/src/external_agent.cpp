@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include "spawn_attr.hpp"
+
 extern char** environ;
 
 namespace hyflow::agents {
@@ -216,17 +218,10 @@ ExternalAgentResult run_agent_program(const ExternalAgentOptions& options, const
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
+  detail::init_group_spawn_attr(attr);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   const auto start = Clock::now();
   pid_t pid = -1;
   const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());

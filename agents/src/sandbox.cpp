@@ -22,6 +22,8 @@
 #include <string_view>
 #include <thread>
 
+#include "spawn_attr.hpp"
+
 extern char** environ;
 
 namespace hyflow::agents {
@@ -292,20 +294,13 @@ pid_t spawn_in_new_group(std::vector<std::string>& args, const Channels& channel
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
+  detail::init_group_spawn_attr(attr);
   posix_spawn_file_actions_adddup2(&actions, channels.in.child.get(), 0);
   posix_spawn_file_actions_adddup2(&actions, channels.out.child.get(), 1);
   posix_spawn_file_actions_adddup2(&actions, channels.err.child.get(), 2);
   // dup2 onto itself clears close-on-exec (POSIX 2017, glibc >= 2.29): these fds bwrap reads or writes.
   posix_spawn_file_actions_adddup2(&actions, channels.status.child.get(), channels.status.child.get());
   for (const auto& f : channels.files) posix_spawn_file_actions_adddup2(&actions, f.child.get(), f.child.get());
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
