@@ -3,7 +3,7 @@
 // agent's rewards are taken or left to the reward function, and the timeout kills the agent's
 // whole process group. The Python agent needs only the standard library; the JavaScript example
 // (examples/agents/calculator_agent.mjs, the official `openai` client) runs under
-// external_agent_npm.sh ("[npm]", skipped when the npm registry is unreachable).
+// tests/common/with_openai_npm.sh ("[npm]", skipped when the npm registry is unreachable).
 #include "serve/serve_fixture.hpp"
 
 #include <hyflow/agents/external_agent.hpp>
