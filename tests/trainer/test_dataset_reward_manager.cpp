@@ -215,11 +215,37 @@ TEST_CASE("multiplication chat tasks: the tool agent loop's ids, loss on the mod
   const auto direct = load_samples("", sft);
   REQUIRE(direct.size() == 300);
   CHECK(direct[4].prompt == rows[8].prompt);
-  CHECK(direct[4].response == problems[4].ground_truth.get<std::string>());
+  CHECK(direct[4].response == "The product is " + problems[4].ground_truth.get<std::string>() + ".");
   CHECK(is_chat_task("multiplication_chat"));
   CHECK(!is_chat_task("multiplication"));
-  // a template without tool calls cannot render the call
+  // tool_fraction: that share of the problems through the tool (two rows), the others answered at once (one row);
+  // the problems themselves do not change with it
   sft.task = "multiplication_calculator";
+  sft.tool_fraction = 0.4;
+  const auto mixed = load_samples("", sft);
+  size_t k = 0, with_tool = 0;
+  for (size_t i = 0; i < mixed.size(); ++k) {
+    const std::string product = problems[k].ground_truth.get<std::string>();
+    CHECK(mixed[i].prompt == direct[k].prompt);
+    if (mixed[i].extra_info["turn"] == "call") {
+      ++with_tool;
+      REQUIRE(i + 1 < mixed.size());
+      CHECK(mixed[i].response == rows[2 * k].response);
+      CHECK(mixed[i + 1].prompt == rows[2 * k + 1].prompt);
+      CHECK(mixed[i + 1].response == product);
+      i += 2;
+    } else {
+      CHECK(mixed[i].response == direct[k].response);
+      i += 1;
+    }
+  }
+  CHECK(k == problems.size());
+  CHECK(with_tool > 90);  // 0.4 of 300: 120 expected, sd 8.5
+  CHECK(with_tool < 150);
+  sft.tool_fraction = 1.5;
+  CHECK_THROWS_AS(load_samples("", sft), ValueError);
+  sft.tool_fraction = 1.0;
+  // a template without tool calls cannot render the call
   sft.chat.chat_template = tokenizers::ChatTemplate::kChatML;
   CHECK_THROWS_AS(load_samples("", sft), ValueError);
 }

@@ -24,8 +24,8 @@ TEST_CASE("SFT of the tiny model: loss falls, the model and tokenizer are saved 
   c.apply_arguments({"--data.max_length=12", "--data.train_batch_size=16", "--data.micro_batch_size_per_gpu=8",
                      "--data.synthetic.train_size=256", "--data.synthetic.val_size=16",
                      "--data.synthetic.max_operand=9", "--model.tiny.hidden_size=32",
-                     "--model.tiny.intermediate_size=64", "--optim.lr=3e-3", "--trainer.total_training_steps=30",
-                     "--trainer.default_local_dir=" + out.string()});
+                     "--model.tiny.intermediate_size=64", "--model.tiny.rope_theta=500", "--optim.lr=3e-3",
+                     "--trainer.total_training_steps=30", "--trainer.default_local_dir=" + out.string()});
   const SFTResult r = run_sft(c);
   REQUIRE(r.history.size() == 30);
   CHECK(r.history.back().at("train/loss").get<double>() < 0.75 * r.history.front().at("train/loss").get<double>());
@@ -34,6 +34,7 @@ TEST_CASE("SFT of the tiny model: loss falls, the model and tokenizer are saved 
   auto model = models::load_causal_lm(out);
   auto tok = load_tokenizer(out.string());
   CHECK(model->config().vocab_size == tok->vocab_size());
+  CHECK(model->config().rope_theta == 500.0);
   fs::remove_all(out);
 }
 

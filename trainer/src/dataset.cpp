@@ -169,9 +169,16 @@ std::vector<Sample> make_multiplication_task(int64_t count, int64_t digits, uint
   return out;
 }
 
+// How an answer without the tool begins: a first token of its own, unlike the call's "<", so that after a
+// warm-up with some problems through the tool (tool_fraction) greedy decoding follows the larger share.
+constexpr const char* kInHeadAnswerLead = "The product is ";
+
 std::vector<Sample> make_multiplication_chat_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
-                                                  const tokenizers::ChatTemplateOptions& chat, bool with_tool,
+                                                  const tokenizers::ChatTemplateOptions& chat, double tool_fraction,
                                                   double correct_fraction) {
+  if (!(tool_fraction >= 0.0 && tool_fraction <= 1.0))
+    throw ValueError("multiplication_calculator task: the fraction of problems with the tool call "
+                     "(data.synthetic.tool_fraction) must be in [0, 1], got " + std::to_string(tool_fraction));
   using tokenizers::ChatMessage;
   tokenizers::ChatTemplateOptions prompt_options = chat, turn_options = chat;
   prompt_options.tools.clear();
@@ -179,13 +186,17 @@ std::vector<Sample> make_multiplication_chat_task(int64_t count, int64_t digits,
   turn_options.tools.clear();
   turn_options.add_generation_prompt = false;
   const std::string end = "<|im_end|>";
+  std::mt19937_64 tool_rng(seed ^ 0x746f6f6cULL);  // its own stream: the problems do not depend on the fraction
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::vector<Sample> out;
   for (Sample& problem : make_multiplication_task(count, digits, seed, held_out, correct_fraction)) {
+    const bool with_tool = unit(tool_rng) < tool_fraction;
     const std::string expression = problem.prompt.substr(0, problem.prompt.size() - 1);  // "1234*5678"
     const ChatMessage user{"user", problem.prompt};
     Sample first = problem;
     first.prompt = tokenizers::apply_chatml({user}, prompt_options);
     if (!with_tool) {
+      first.response = kInHeadAnswerLead + first.response + ".";
       first.extra_info["turn"] = "answer";
       out.push_back(std::move(first));
       continue;
@@ -278,10 +289,11 @@ std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& 
     if (synthetic.task == "multiplication")
       return make_multiplication_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.held_out,
                                       synthetic.correct_fraction);
-    if (is_chat_task(synthetic.task))
+    if (is_chat_task(synthetic.task)) {
+      const double tool_fraction = synthetic.task == "multiplication_calculator" ? synthetic.tool_fraction : 0.0;
       return make_multiplication_chat_task(synthetic.size, synthetic.max_operand, synthetic.seed, synthetic.held_out,
-                                           synthetic.chat, synthetic.task == "multiplication_calculator",
-                                           synthetic.correct_fraction);
+                                           synthetic.chat, tool_fraction, synthetic.correct_fraction);
+    }
     throw ValueError("config key 'data.synthetic.task': unknown built-in task '" + synthetic.task +
                      "' (arithmetic, char_count, multiplication, multiplication_calculator, multiplication_chat)");
   }

@@ -41,6 +41,7 @@ models::ModelConfig tiny_model_config(const Config& c, const tokenizers::Tokeniz
   m.num_hidden_layers = c.get_int("model.tiny.num_hidden_layers");
   m.num_attention_heads = c.get_int("model.tiny.num_attention_heads");
   m.num_key_value_heads = m.num_attention_heads;
+  m.rope_theta = c.get_double("model.tiny.rope_theta");
   m.max_position_embeddings = std::max<int64_t>(256, 2 * max_length);
   m.qkv_bias = true;
   m.tie_word_embeddings = true;
@@ -152,7 +153,8 @@ SFTResult run_sft(const Config& c) {
                      .size = c.get_int("data.synthetic.train_size"),
                      .max_operand = c.get_int("data.synthetic.max_operand"),
                      .seed = static_cast<uint64_t>(c.get_int("data.synthetic.seed")),
-                     .correct_fraction = c.get_double("data.synthetic.correct_fraction")};
+                     .correct_fraction = c.get_double("data.synthetic.correct_fraction"),
+                     .tool_fraction = c.get_double("data.synthetic.tool_fraction")};
   if (!c.is_null("data.apply_chat_template_kwargs.default_system"))
     task.chat.default_system = c.get_string("data.apply_chat_template_kwargs.default_system");
   const std::string pk = c.get_string("data.prompt_key"), rk = c.get_string("data.response_key");

@@ -74,16 +74,19 @@ bool multiplication_held_out(int64_t a, int64_t b);
 /// The multiplication task through a chat template, as SFT rows (the warm-ups of issue 29's tool
 /// task): the user message is the task's prompt ("1234*5678="), rendered by `chat` (its `tools`
 /// are not listed: the warm-up teaches the call) with the generation prompt, exactly as the agent
-/// loops render a row's raw prompt. with_tool: two rows per problem, the model's two turns (the
+/// loops render a row's raw prompt. A problem drawn with the tool (each with probability
+/// `tool_fraction`, from a stream of its own: 1 all, 0 none) gives two rows, the model's two turns (the
 /// loss falls on each row's response): prompt -> the hermes call
 /// `<tool_call>\n{"name": "calculator", "arguments": {"expression": "1234*5678"}}\n</tool_call>`, and
 /// that prompt + call + end token + the template's tool turn with the product -> the product
-/// (the ids the tool agent loop builds); without: one row, prompt -> the product. The problems are
+/// (the ids the tool agent loop builds); one without: one row, prompt -> "The product is 7006652." (a
+/// first character unlike the call's, so greedy decoding after a mixed warm-up follows the larger
+/// share). The problems are
 /// make_multiplication_task's (same split, seed and correct_fraction: a wrong product is the final
 /// answer's); extra_info "turn" is "call" or "answer". ValueError when the template does not put the
-/// tool turn after the call's end token "<|im_end|>".
+/// tool turn after the call's end token "<|im_end|>", or tool_fraction is outside [0, 1].
 std::vector<Sample> make_multiplication_chat_task(int64_t count, int64_t digits, uint64_t seed, bool held_out,
-                                                  const tokenizers::ChatTemplateOptions& chat, bool with_tool,
+                                                  const tokenizers::ChatTemplateOptions& chat, double tool_fraction,
                                                   double correct_fraction = 1.0);
 
 /// Rows of a file list ("a.jsonl,train.parquet"; a file starting with Parquet's magic "PAR1"
@@ -98,6 +101,7 @@ struct SyntheticTask {
   int64_t max_operand = 99;
   uint64_t seed = 0;
   double correct_fraction = 1.0;
+  double tool_fraction = 1.0;  ///< multiplication_calculator: the fraction of problems answered through the tool
   bool held_out = false;  ///< the validation draw (multiplication: pairs disjoint from training's)
   tokenizers::ChatTemplateOptions chat = {};  ///< the chat tasks' template (data.apply_chat_template_kwargs)
 };
