@@ -1,5 +1,3 @@
-#include "common/chat_chars.hpp"
-
 #include <hyflow/agents/agent_batch.hpp>
 #include <hyflow/agents/agent_loop.hpp>
 #include <hyflow/agents/agent_rollout.hpp>
@@ -23,7 +21,7 @@ using tokenizers::ChatMessage;
 namespace {
 
 std::shared_ptr<tokenizers::CharTokenizer> chat_tokenizer() {
-  return std::make_shared<tokenizers::CharTokenizer>(testing::chat_chars());
+  return std::make_shared<tokenizers::CharTokenizer>(tokenizers::chat_char_options());
 }
 
 // A model stand-in: `reply` maps the conversation's text to the assistant's text; it samples

@@ -1,4 +1,3 @@
-#include "common/chat_chars.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/agents/agent_loop.hpp>
@@ -20,7 +19,7 @@ using Json = nlohmann::json;
 namespace {
 
 std::shared_ptr<tokenizers::CharTokenizer> chat_tokenizer() {
-  return std::make_shared<tokenizers::CharTokenizer>(testing::chat_chars());
+  return std::make_shared<tokenizers::CharTokenizer>(tokenizers::chat_char_options());
 }
 
 models::CausalLM tiny_model(int64_t vocab) {

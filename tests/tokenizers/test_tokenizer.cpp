@@ -83,6 +83,22 @@ TEST_CASE("character tokenizer: specials first, round trip, unknown characters n
   CHECK_THROWS_AS(CharTokenizer({.alphabet = "aa"}), ValueError);
 }
 
+TEST_CASE("the chat char tokenizer encodes a rendered Qwen2.5 turn: markers one id each, <|im_end|> ends") {
+  const CharTokenizer tok(chat_char_options());
+  CHECK(tok.vocab_size() == 3 + 95 + 1);  // specials, printable ASCII, newline
+  CHECK(tok.eos_token_id() == *tok.token_to_id("<|im_end|>"));
+  CHECK(tok.pad_token_id() == 0);
+  ChatTemplateOptions chat;
+  chat.default_system = "Use the calculator.";
+  const std::string text = apply_chatml({{"user", "1234*5678="}}, chat);
+  const auto ids = tok.encode(text);
+  CHECK(ids.size() == 58);  // the agent job's prompt (docs/agents.md, "A compact prompt")
+  CHECK(ids.front() == *tok.token_to_id("<|im_start|>"));
+  CHECK(tok.decode(ids) == text);
+  CHECK(tok.encode("{\"expression\": \"(1+2)*3\"}").size() == 25);  // the calls' JSON characters
+  CHECK_THROWS_AS(tok.encode("\t"), ValueError);
+}
+
 TEST_CASE("prompts are left-padded with verl's position ids") {
   CharTokenizer tok;
   auto batch = encode_prompts(tok, {"1+1=", "12+30="});

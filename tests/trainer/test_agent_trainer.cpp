@@ -3,7 +3,6 @@
 // first memorizes, in the test, one trajectory (a calculator call, then the answer after the tool's
 // response) so that its rollouts call the tool; the step metrics then pin the batch's masks: the
 // tool turn's ids are the masked ones, the response's attention covers all three turns.
-#include "common/chat_chars.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/agents/agent_config.hpp>
@@ -30,7 +29,6 @@ namespace {
 const std::string kCall =
     "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2*3\"}}\n</tool_call>";
 
-using testing::chat_chars;
 
 tokenizers::ChatTemplateOptions calculator_chat(bool generation_prompt) {
   tokenizers::ChatTemplateOptions o;
@@ -67,7 +65,7 @@ Trajectory trajectory(const tokenizers::Tokenizer& tok, const std::string& quest
 const fs::path& tool_model() {
   static testing::TempDir dir("agent_trainer_model");
   static bool done = [] {
-    const tokenizers::CharTokenizer tok(chat_chars());
+    const tokenizers::CharTokenizer tok(tokenizers::chat_char_options());
     testing::TinyShape shape;
     shape.vocab_size = tok.vocab_size();
     shape.max_position_embeddings = 1280;
@@ -104,8 +102,8 @@ const fs::path& tool_model() {
     std::cout << "tool model: memorized the trajectory (" << T << " ids) in " << step << " steps\n";
     models::save_pretrained(*model, config, dir.path);
     Json tc = {{"tokenizer_class", "hyflow-char"},
-               {"alphabet", chat_chars().alphabet},
-               {"special_tokens", chat_chars().special_tokens},
+               {"alphabet", tokenizers::chat_char_options().alphabet},
+               {"special_tokens", tokenizers::chat_char_options().special_tokens},
                {"eos_token", "<|im_end|>"},
                {"pad_token", "<pad>"}};
     std::ofstream(dir.path / "tokenizer_config.json") << tc.dump();
@@ -146,7 +144,7 @@ TEST_CASE("GRPO with multi_turn.enable: tool_agent rollouts call the calculator,
   trainer::PPOTrainer t(c);
   t.init_workers();
   t.fit();
-  const tokenizers::CharTokenizer tok(chat_chars());
+  const tokenizers::CharTokenizer tok(tokenizers::chat_char_options());
   const Trajectory traj = trajectory(tok, "1+2=");
   const auto call = static_cast<double>(traj.call.size()), tool = static_cast<double>(traj.tool_turn.size()),
              answer = static_cast<double>(traj.answer.size());

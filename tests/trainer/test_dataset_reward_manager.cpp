@@ -180,7 +180,7 @@ TEST_CASE("multiplication chat tasks: the tool agent loop's ids, loss on the mod
   REQUIRE(rows.size() == 600);  // two turns per problem
   const auto problems = make_multiplication_task(300, 4, 0, false);
   const std::string head = "<|im_start|>system\nCall the calculator.<|im_end|>\n<|im_start|>user\n";
-  auto tok = std::make_shared<tokenizers::CharTokenizer>(chat_char_tokenizer());
+  auto tok = std::make_shared<tokenizers::CharTokenizer>(tokenizers::chat_char_options());
   // the PPO trainer's validation draw (ppo_trainer.cpp: seed + 7919, held out)
   std::set<std::string> validation;
   for (const auto& s : make_multiplication_task(512, 4, 7919, true)) validation.insert(s.prompt);

@@ -3,11 +3,11 @@
 // per prompt, a tool message between) through the trainer's router over two rollout ranks. The
 // rows trained on (each step's trajectories.jsonl, kept by external_keep_files) are checked token
 // for token against what the agent saw; a killed, a hanging and a failing agent are checked too.
-#include "common/chat_chars.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
+#include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
@@ -33,7 +33,7 @@ namespace {
 const fs::path& chat_model() {
   static testing::TempDir dir("external_agent_model");
   static bool done = [] {
-    const tokenizers::CharTokenizer tok(testing::chat_chars());
+    const tokenizers::CharTokenizer tok(tokenizers::chat_char_options());
     testing::TinyShape shape;
     shape.vocab_size = tok.vocab_size();
     shape.num_hidden_layers = 1;
@@ -42,8 +42,8 @@ const fs::path& chat_model() {
     shape.pad_token_id = tok.pad_token_id();
     testing::write_tiny_model(testing::tiny_model_config(shape), 3, dir.path);
     Json tc = {{"tokenizer_class", "hyflow-char"},
-               {"alphabet", testing::chat_chars().alphabet},
-               {"special_tokens", testing::chat_chars().special_tokens},
+               {"alphabet", tokenizers::chat_char_options().alphabet},
+               {"special_tokens", tokenizers::chat_char_options().special_tokens},
                {"eos_token", "<|im_end|>"},
                {"pad_token", "<pad>"}};
     std::ofstream(dir.path / "tokenizer_config.json") << tc.dump();

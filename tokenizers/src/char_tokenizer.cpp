@@ -4,6 +4,16 @@
 
 namespace hyflow::tokenizers {
 
+CharTokenizerOptions chat_char_options() {
+  CharTokenizerOptions o;
+  o.alphabet.clear();
+  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
+  o.alphabet += "\n";
+  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
+  o.eos_token = "<|im_end|>";
+  return o;
+}
+
 CharTokenizer::CharTokenizer(CharTokenizerOptions options) {
   char_ids_.fill(-1);
   for (const auto& s : options.special_tokens) {

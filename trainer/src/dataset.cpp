@@ -418,16 +418,6 @@ void save_char_tokenizer_config(const std::string& model_dir, const tokenizers::
              .dump(2);
 }
 
-tokenizers::CharTokenizerOptions chat_char_tokenizer() {
-  tokenizers::CharTokenizerOptions o;
-  o.alphabet.clear();
-  for (char c = ' '; c <= '~'; ++c) o.alphabet.push_back(c);
-  o.alphabet += "\n";
-  o.special_tokens = {"<pad>", "<|im_start|>", "<|im_end|>"};
-  o.eos_token = "<|im_end|>";
-  return o;
-}
-
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;

@@ -135,7 +135,7 @@ SFTResult run_sft(const Config& c) {
                      "config, so that both render the same prompt");
   // A new tiny model of a chat task gets the chat char tokenizer (the template's specials, the call's JSON).
   const tokenizers::CharTokenizerOptions char_options =
-      chat_task ? chat_char_tokenizer() : tokenizers::CharTokenizerOptions{};
+      chat_task ? tokenizers::chat_char_options() : tokenizers::CharTokenizerOptions{};
   std::shared_ptr<const tokenizers::Tokenizer> tok =
       pretrain.empty() ? std::make_shared<tokenizers::CharTokenizer>(char_options) : load_tokenizer(pretrain);
   models::ModelConfig mcfg;

@@ -16,6 +16,11 @@ struct CharTokenizerOptions {
   std::string eos_token = "<eos>";
 };
 
+/// The char tokenizer that chat templates encode under: printable ASCII and newline, with ChatML's
+/// <|im_start|> and <|im_end|> as special tokens and <|im_end|> as the end token (Qwen2.5's template
+/// and hermes tool calls). The built-in chat tasks' models and the agent tests use it.
+CharTokenizerOptions chat_char_options();
+
 class CharTokenizer final : public Tokenizer {
  public:
   explicit CharTokenizer(CharTokenizerOptions options = {});

@@ -106,7 +106,7 @@ struct SyntheticTask {
   tokenizers::ChatTemplateOptions chat = {};  ///< the chat tasks' template (data.apply_chat_template_kwargs)
 };
 /// Whether `task` is a built-in task rendered through the chat template (multiplication_calculator,
-/// multiplication_chat): its tokenizer must hold the template's special tokens (chat_char_tokenizer).
+/// multiplication_chat): its tokenizer must hold the template's special tokens (tokenizers::chat_char_options).
 bool is_chat_task(const std::string& task);
 std::vector<Sample> load_samples(const std::string& files, const SyntheticTask& synthetic,
                                  const std::string& prompt_key = "prompt", const std::string& response_key = "");
@@ -162,9 +162,6 @@ class SFTDataset {
 std::shared_ptr<const tokenizers::Tokenizer> load_tokenizer(const std::string& model_dir);
 /// Writes tokenizer_config.json for the char tokenizer of `options` (default: the built-in tasks') into `model_dir`.
 void save_char_tokenizer_config(const std::string& model_dir, const tokenizers::CharTokenizerOptions& options = {});
-/// The char tokenizer of the chat tasks: printable ASCII and newline, with ChatML's <|im_start|> and
-/// <|im_end|> as special tokens and <|im_end|> as the end token (Qwen2.5's template and hermes tool calls).
-tokenizers::CharTokenizerOptions chat_char_tokenizer();
 
 /// Row order of an epoch: a permutation seeded by (seed, epoch) when shuffling, else 0..n-1.
 std::vector<int64_t> epoch_order(int64_t size, bool shuffle, uint64_t seed, int64_t epoch);
