@@ -14,22 +14,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
-BASE = os.environ["OPENAI_BASE_URL"]
-KEY = os.environ["OPENAI_API_KEY"]
-HEADER = os.environ["HYFLOW_SESSION_HEADER"]
-
-
-def call(path, body=None, session=None):
-    headers = {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}
-    if session:
-        headers[HEADER] = session
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(BASE + path, data=data, headers=headers)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from agent_session import call  # noqa: E402
 
 MODEL = call("/models")["data"][0]["id"]
 ROWS = [json.loads(line) for line in open(os.environ["HYFLOW_PROMPTS_FILE"])]

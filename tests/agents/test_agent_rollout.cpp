@@ -32,6 +32,14 @@ models::CausalLM tiny_model(int64_t vocab) {
   return model;
 }
 
+/// A tool config file in `dir` with the built-in calculator; returns its path.
+std::string calculator_tools_file(const testing::TempDir& dir) {
+  const auto path = (dir.path / "tools.yaml").string();
+  std::ofstream(path) << "tools:\n  - class_name: hyflow.tools.CalculatorTool\n"
+                         "    tool_schema: {type: function, function: {name: calculator, description: math}}\n";
+  return path;
+}
+
 DataProto prompts_of(const tokenizers::Tokenizer& tok, const std::vector<std::string>& questions, int64_t P) {
   const auto B = static_cast<int64_t>(questions.size());
   auto ids = torch::full({B, P}, tok.pad_token_id(), torch::kLong);
@@ -108,9 +116,7 @@ TEST_CASE("the agent rollout runs rows through their loops on one engine loop", 
   auto tok = chat_tokenizer();
   auto model = tiny_model(tok->vocab_size());
   const testing::TempDir dir("agent_rollout");
-  const auto tools = (dir.path / "tools.yaml").string();
-  std::ofstream(tools) << "tools:\n  - class_name: hyflow.tools.CalculatorTool\n"
-                          "    tool_schema: {type: function, function: {name: calculator, description: math}}\n";
+  const auto tools = calculator_tools_file(dir);
   Json rollout = {{"multi_turn", {{"enable", true}, {"tool_config_path", tools}, {"max_assistant_turns", 2}}},
                   {"agent", {{"num_workers", 4}}},
                   {"prompt_length", 1024}};
@@ -152,9 +158,7 @@ TEST_CASE("apply_chat_template_kwargs gives the loops a compact system turn with
   auto tok = chat_tokenizer();
   auto model = tiny_model(tok->vocab_size());
   const testing::TempDir dir("agent_rollout_kwargs");
-  const auto tools = (dir.path / "tools.yaml").string();
-  std::ofstream(tools) << "tools:\n  - class_name: hyflow.tools.CalculatorTool\n"
-                          "    tool_schema: {type: function, function: {name: calculator, description: math}}\n";
+  const auto tools = calculator_tools_file(dir);
   Json rollout = {{"multi_turn", {{"enable", true}, {"tool_config_path", tools}}},
                   {"apply_chat_template_kwargs", {{"default_system", "Call the calculator."}, {"list_tools", false}}},
                   {"prompt_length", 64}};

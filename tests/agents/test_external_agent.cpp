@@ -4,6 +4,7 @@
 // whole process group. The Python agent needs only the standard library; the JavaScript example
 // (examples/agents/calculator_agent.mjs, the official `openai` client) runs under
 // tests/common/with_openai_npm.sh ("[npm]", skipped when the npm registry is unreachable).
+#include "common/processes.hpp"
 #include "serve/serve_fixture.hpp"
 
 #include <hyflow/agents/external_agent.hpp>
@@ -11,7 +12,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -23,6 +23,8 @@ using namespace hyflow;
 using namespace hyflow::agents;
 
 namespace {
+
+using hyflow::testing::processes_with;
 
 std::vector<nlohmann::json> arithmetic_rows(int n) {
   std::vector<nlohmann::json> rows;
@@ -78,20 +80,6 @@ void check_token_exact(const ExternalAgentResult& result) {
     }
   }
   CHECK(masked_one == sampled);
-}
-
-int processes_with(const std::string& marker) {
-  int count = 0;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* entry = proc ? ::readdir(proc) : nullptr) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + entry->d_name + "/cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (text.str().find(marker) != std::string::npos) ++count;
-  }
-  if (proc) ::closedir(proc);
-  return count;
 }
 
 ExternalAgentOptions python_agent(const std::string& mode, const testing::ServedTiny& served, double timeout = 120) {

@@ -2,12 +2,12 @@
 // the disk, print 1 GB, sleep forever, spin, allocate 4 GB. Each is stopped within its limits,
 // the result says why, no process of it survives, and the test process goes on (also with all
 // of them at once).
+#include "common/processes.hpp"
 #include "sandbox_fixture.hpp"
 
 #include <hyflow/core/error.hpp>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,6 +26,8 @@ using hyflow::agents::testing::sandbox_or_skip;
 
 namespace {
 
+using hyflow::testing::processes_with;
+
 SandboxLimits drill_limits() {
   return {.wall_seconds = 4.0,
           .cpu_seconds = 2,
@@ -42,22 +44,6 @@ SandboxLimits spin_limits() {
   limits.cpu_seconds = 1;
   limits.wall_seconds = 30.0;
   return limits;
-}
-
-/// Processes whose command line holds `marker` (the drill's programs carry one as an argument).
-int processes_with(const std::string& marker) {
-  int count = 0;
-  DIR* proc = ::opendir("/proc");
-  REQUIRE(proc != nullptr);
-  while (dirent* entry = ::readdir(proc)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + entry->d_name + "/cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (text.str().find(marker) != std::string::npos) ++count;
-  }
-  ::closedir(proc);
-  return count;
 }
 
 std::string marker_for(const std::string& drill) {

@@ -11,13 +11,13 @@
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/tokenizers/chat_template.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <iostream>
 
 using namespace hyflow;
@@ -101,12 +101,7 @@ const fs::path& tool_model() {
     }
     std::cout << "tool model: memorized the trajectory (" << T << " ids) in " << step << " steps\n";
     models::save_pretrained(*model, config, dir.path);
-    Json tc = {{"tokenizer_class", "hyflow-char"},
-               {"alphabet", tokenizers::chat_char_options().alphabet},
-               {"special_tokens", tokenizers::chat_char_options().special_tokens},
-               {"eos_token", "<|im_end|>"},
-               {"pad_token", "<pad>"}};
-    std::ofstream(dir.path / "tokenizer_config.json") << tc.dump();
+    trainer::save_char_tokenizer_config(dir.path.string(), tokenizers::chat_char_options());
     return true;
   }();
   (void)done;

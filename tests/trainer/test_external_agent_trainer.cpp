@@ -3,18 +3,19 @@
 // per prompt, a tool message between) through the trainer's router over two rollout ranks. The
 // rows trained on (each step's trajectories.jsonl, kept by external_keep_files) are checked token
 // for token against what the agent saw; a killed, a hanging and a failing agent are checked too.
+#include "common/processes.hpp"
 #include "common/tiny_model.hpp"
 
 #include <hyflow/core/error.hpp>
 #include <hyflow/models/checkpoint.hpp>
 #include <hyflow/tokenizers/char_tokenizer.hpp>
 #include <hyflow/trainer/config.hpp>
+#include <hyflow/trainer/dataset.hpp>
 #include <hyflow/trainer/ppo_trainer.hpp>
 
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +30,8 @@ using Json = nlohmann::json;
 
 namespace {
 
+using hyflow::testing::processes_with;
+
 /// A random 1-layer model with the chat character tokenizer and room for two chat turns.
 const fs::path& chat_model() {
   static testing::TempDir dir("external_agent_model");
@@ -41,12 +44,7 @@ const fs::path& chat_model() {
     shape.eos_token_id = tok.eos_token_id();
     shape.pad_token_id = tok.pad_token_id();
     testing::write_tiny_model(testing::tiny_model_config(shape), 3, dir.path);
-    Json tc = {{"tokenizer_class", "hyflow-char"},
-               {"alphabet", tokenizers::chat_char_options().alphabet},
-               {"special_tokens", tokenizers::chat_char_options().special_tokens},
-               {"eos_token", "<|im_end|>"},
-               {"pad_token", "<pad>"}};
-    std::ofstream(dir.path / "tokenizer_config.json") << tc.dump();
+    trainer::save_char_tokenizer_config(dir.path.string(), tokenizers::chat_char_options());
     return true;
   }();
   (void)done;
@@ -111,20 +109,6 @@ std::map<std::string, std::vector<Json>> trained_rows(const fs::path& out) {
 
 std::vector<int64_t> ids(const Json& j) {
   return j.get<std::vector<int64_t>>();
-}
-
-int processes_with(const std::string& marker) {
-  int count = 0;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* entry = proc ? ::readdir(proc) : nullptr) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + entry->d_name + "/cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    if (text.str().find(marker) != std::string::npos) ++count;
-  }
-  if (proc) ::closedir(proc);
-  return count;
 }
 
 }  // namespace
